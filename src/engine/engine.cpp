@@ -1,0 +1,82 @@
+#include "engine/engine.h"
+
+#include <numeric>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace hs {
+
+void Sequence::reset() {
+  for (auto& s : shards) s->reset();
+}
+
+Engine::Engine(const std::string& model_path, const EngineOptions& opts) {
+  HS_CHECK(opts.device == "cpu", "device '", opts.device, "' is not available in this build (use --device cpu)");
+  HS_CHECK(opts.numerics == Numerics::Reference,
+           "--numerics model is not implemented on the CPU backend yet; use --numerics reference");
+  source_ = ModelSource::open(model_path);
+  config_ = source_->config();
+  pool_ = std::make_unique<ThreadPool>(opts.threads);
+  ops_ = std::make_unique<CpuOps>(*pool_);
+  std::vector<int> split = opts.layer_split;
+  if (split.empty()) split = {config_.n_layers};
+  int total = 0;
+  for (int s : split) {
+    HS_CHECK(s > 0, "layer split: every shard needs at least one layer");
+    total += s;
+  }
+  HS_CHECK(total == config_.n_layers, "layer split sums to ", total, " layers, the model has ", config_.n_layers);
+  int begin = 0;
+  for (size_t i = 0; i < split.size(); ++i) {
+    const int end = begin + split[i];
+    ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size());
+    shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops_));
+    begin = end;
+  }
+}
+
+std::unique_ptr<Sequence> Engine::new_sequence() const {
+  auto s = std::make_unique<Sequence>();
+  for (const auto& sh : shards_) s->shards.push_back(sh->new_sequence());
+  return s;
+}
+
+void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits) {
+  HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
+           shards_.size(), " shards");
+  HS_CHECK(n > 0, "step needs at least one token");
+  for (int64_t t = 0; t < n; ++t)
+    HS_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, "token id ", tokens[t], " (input position ", t,
+             ") is outside the vocabulary [0, ", config_.vocab_size, ")");
+  // The HC state handed from shard to shard.
+  std::vector<float> X(static_cast<size_t>(n * config_.hc_mult * config_.dim));
+  shards_.front()->embed(tokens, n, X.data());
+  for (size_t i = 0; i < shards_.size(); ++i) shards_[i]->forward(*seq.shards[i], tokens, n, X.data());
+  shards_.back()->logits(X.data(), n, logits);
+}
+
+std::vector<int64_t> parse_chunk_spec(const std::string& spec, int64_t total) {
+  std::vector<int64_t> out;
+  std::stringstream ss(spec);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long long v = std::strtoll(item.c_str(), &end, 10);
+    HS_CHECK(!item.empty() && end && *end == '\0' && v > 0, "chunk spec '", spec, "': '", item,
+             "' is not a positive integer");
+    out.push_back(v);
+  }
+  HS_CHECK(!out.empty(), "chunk spec is empty");
+  if (out.size() == 1 && spec.find(',') == std::string::npos) {
+    const int64_t k = out[0];
+    out.clear();
+    for (int64_t done = 0; done < total; done += k) out.push_back(std::min(k, total - done));
+    return out;
+  }
+  const int64_t sum = std::accumulate(out.begin(), out.end(), int64_t{0});
+  HS_CHECK(sum == total, "chunk spec '", spec, "' sums to ", sum, " but there are ", total, " tokens");
+  return out;
+}
+
+}  // namespace hs

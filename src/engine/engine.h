@@ -1,0 +1,54 @@
+// Engine: a model loaded as a pipeline of shards (contiguous layer ranges) on backends,
+// with per-sequence state. The HC state [n, hc, D] is the only thing handed between shards.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/cpu_ops.h"
+#include "engine/shard.h"
+#include "model/source.h"
+#include "util/thread_pool.h"
+
+namespace hs {
+
+enum class Numerics { Reference, Model };
+
+struct EngineOptions {
+  std::string device = "cpu";
+  Numerics numerics = Numerics::Reference;
+  int threads = 0;                // 0: all cores
+  std::vector<int> layer_split;   // layers per shard (sums to n_layers); empty: one shard
+};
+
+// The state of one sequence across all shards.
+struct Sequence {
+  std::vector<std::unique_ptr<SequenceState>> shards;
+  int64_t n_past() const { return shards.empty() ? 0 : shards.front()->n_past; }
+  void reset();
+};
+
+class Engine {
+ public:
+  Engine(const std::string& model_path, const EngineOptions& opts);
+  const ModelConfig& config() const { return config_; }
+  const ModelSource& source() const { return *source_; }
+  int n_shards() const { return static_cast<int>(shards_.size()); }
+
+  std::unique_ptr<Sequence> new_sequence() const;
+  Shard& shard(int i) { return *shards_.at(static_cast<size_t>(i)); }
+  // Processes n tokens (a prefill chunk or one decode token) and writes logits [n, vocab].
+  void step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits);
+
+ private:
+  std::unique_ptr<ModelSource> source_;
+  ModelConfig config_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<CpuOps> ops_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+};
+
+// "5,11,1" -> {5,11,1}; "k" -> chunks of k covering total. Errors name the spec.
+std::vector<int64_t> parse_chunk_spec(const std::string& spec, int64_t total);
+
+}  // namespace hs

@@ -1,0 +1,64 @@
+// The op interface the forward pass (engine/shard.cpp) is written against. CpuOps is the
+// reference implementation (kernels/cpu); the CUDA backend implements the same interface.
+// Activation pointers are backend memory: the forward never reads or writes them itself.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "engine/sequence_state.h"
+#include "engine/weights.h"
+
+namespace hs {
+
+struct RopeTable {
+  int rope_dim = 0;
+  std::vector<float> inv_freq;  // [rope_dim / 2]
+};
+
+class Ops {
+ public:
+  virtual ~Ops() = default;
+  virtual const char* name() const = 0;
+
+  // Scratch memory for one forward call (freed by the caller through release()).
+  virtual float* alloc(int64_t n) = 0;
+  virtual void release_all() = 0;
+
+  virtual void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) = 0;
+  virtual void matmul(const Mat& W, const float* x, int64_t n, float* y) = 0;
+  // Grouped low-rank output: y[t, g*R + j] = W[g*R + j] . x[t, g*in : (g+1)*in]
+  virtual void grouped_matmul(const Mat& W, int groups, const float* x, int64_t n, float* y) = 0;
+  virtual void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, float eps, float* y) = 0;
+  virtual void rmsnorm_unweighted(float* x, int64_t rows, int64_t d, float eps) = 0;
+  virtual void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
+                    int sign) = 0;
+  virtual void scale(float* x, int64_t n, float s) = 0;
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+
+  virtual void hc_pre(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* u, float* post,
+                      float* comb) = 0;
+  virtual void hc_post(const float* y, const float* post, const float* comb, int64_t n, const ModelConfig& c,
+                       float* X) = 0;
+  virtual void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) = 0;
+
+  // Feeds the projections a/g ([n, coff*d]) of n tokens to a compressor; closes windows into
+  // new entries (pooled, normed, RoPE'd at their first position).
+  virtual void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g,
+                                 int64_t n, float eps, const RopeTable& rope) = 0;
+  // For each query t (position pos[t]): top-min(k, visible) entries of the indexer scores.
+  virtual std::vector<std::vector<int32_t>> indexer_topk(const float* q, const float* w, int64_t n, int ih,
+                                                         int64_t id, const CompressorState& keys,
+                                                         const int64_t* pos, int ratio, int k) = 0;
+  // Sparse attention with sink for n queries: window rows (ring + this chunk's kv) plus the
+  // compressed entries chosen per query (all visible ones when `selected` is empty).
+  virtual void attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st,
+                         const float* kv_chunk, int64_t p0, const CompressorState* comp,
+                         const std::vector<std::vector<int32_t>>& selected, const std::vector<float>& sinks,
+                         float* out) = 0;
+  virtual void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
+                          int64_t head_dim) = 0;
+  virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
+                   float* y) = 0;
+};
+
+}  // namespace hs

@@ -1,0 +1,42 @@
+// Per-sequence, per-shard state: everything needed to continue a sequence from any position
+// (ds4-model-spec.md §8.1). Created per request; reset() zeroes it (not just rewinds) so a
+// reused slot can never see another request's data.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace hs {
+
+// One KV compressor (main or indexer) of one layer.
+struct CompressorState {
+  int ratio = 0, coff = 1;
+  int64_t d = 0;
+  std::vector<float> buf_kv, buf_gate;    // [ratio, coff*d] tokens of the open window (gate without ape)
+  int buf_n = 0;
+  std::vector<float> prev_kv, prev_gate;  // [ratio, d] overlap half of the last closed window (CSA)
+  bool has_prev = false;
+  std::vector<float> entries;             // [n_entries, d] compressed rows (normed, RoPE'd)
+  int64_t n_entries = 0;
+
+  void init(int ratio_, int coff_, int64_t d_);
+  void reset();
+};
+
+struct LayerState {
+  std::vector<float> ring;  // [window, head_dim]: the kv row of position p at slot p % window
+  CompressorState comp;     // ratio > 0
+  CompressorState index;    // CSA layers: the indexer's key compressor
+};
+
+class SequenceState {
+ public:
+  int64_t n_past = 0;              // tokens already processed
+  int layer_begin = 0;             // the shard's first layer
+  std::vector<LayerState> layers;  // one per layer of the shard
+
+  void reset();
+  size_t bytes() const;            // memory held, for admission control / metrics
+};
+
+}  // namespace hs

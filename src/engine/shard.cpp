@@ -1,0 +1,135 @@
+#include "engine/shard.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/ops.h"
+#include "util/error.h"
+
+namespace hs {
+
+Shard::Shard(const ModelConfig& config, ShardWeights weights, Ops& ops)
+    : config_(config), w_(std::move(weights)), ops_(ops) {
+  rope_main_ = {config_.rope_dim, cpu::rope_inv_freq(config_.rope_dim, config_.rope_theta)};
+  rope_compress_ = {config_.rope_dim,
+                    cpu::rope_inv_freq_yarn(config_.rope_dim, config_.compress_rope_theta, config_.yarn.factor,
+                                            static_cast<double>(config_.yarn.original_ctx), config_.yarn.beta_fast,
+                                            config_.yarn.beta_slow)};
+}
+
+std::unique_ptr<SequenceState> Shard::new_sequence() const {
+  auto s = std::make_unique<SequenceState>();
+  s->layer_begin = w_.begin;
+  for (int l = w_.begin; l < w_.end; ++l) {
+    LayerState st;
+    st.ring.assign(static_cast<size_t>(config_.window) * config_.head_dim, 0.0f);
+    const int r = config_.ratio(l);
+    if (r > 0) st.comp.init(r, config_.compress_coff(l), config_.head_dim);
+    if (r == config_.csa_ratio) st.index.init(r, 2, config_.index_head_dim);
+    s->layers.push_back(std::move(st));
+  }
+  return s;
+}
+
+void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
+  HS_CHECK(w_.has_embed, "internal: shard [", w_.begin, ", ", w_.end, ") does not own the embedding");
+  ops_.embed(w_.embed, tokens, n, config_.hc_mult, X);
+}
+
+void Shard::attention(const LayerWeights& L, LayerState& st, const float* x, int64_t n, int64_t p0, float* y) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.n_heads, hd = c.head_dim;
+  const RopeTable& rope = c.ratio(L.layer) == 0 ? rope_main_ : rope_compress_;
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  std::iota(pos.begin(), pos.end(), p0);
+
+  // Query: low-rank with q_norm, then per-head unweighted RMS and RoPE on the tail.
+  float* cq = ops_.alloc(n * c.q_lora_rank);
+  ops_.matmul(L.wq_a, x, n, cq);
+  ops_.rmsnorm(cq, L.q_norm, n, c.norm_eps, cq);
+  float* q = ops_.alloc(n * H * hd);
+  ops_.matmul(L.wq_b, cq, n, q);
+  ops_.rmsnorm_unweighted(q, n * H, hd, c.norm_eps);
+  ops_.rope(q, n, H, hd, rope, pos.data(), +1);
+  // The single shared K = V row of each token.
+  float* kv = ops_.alloc(n * hd);
+  ops_.matmul(L.wkv, x, n, kv);
+  ops_.rmsnorm(kv, L.kv_norm, n, c.norm_eps, kv);
+  ops_.rope(kv, n, 1, hd, rope, pos.data(), +1);
+
+  std::vector<std::vector<int32_t>> selected;
+  if (L.has_compressor) {
+    const int64_t width = L.comp.coff * hd;
+    float* a = ops_.alloc(n * width);
+    float* g = ops_.alloc(n * width);
+    ops_.matmul(L.comp.wkv, x, n, a);
+    ops_.matmul(L.comp.wgate, x, n, g);
+    ops_.compressor_update(st.comp, L.comp, a, g, n, c.norm_eps, rope);
+    if (L.has_indexer) {
+      const int64_t ID = c.index_head_dim, IH = c.index_n_heads;
+      float* ia = ops_.alloc(n * 2 * ID);
+      float* ig = ops_.alloc(n * 2 * ID);
+      ops_.matmul(L.idx_comp.wkv, x, n, ia);
+      ops_.matmul(L.idx_comp.wgate, x, n, ig);
+      ops_.compressor_update(st.index, L.idx_comp, ia, ig, n, c.norm_eps, rope);
+      float* iq = ops_.alloc(n * IH * ID);
+      ops_.matmul(L.idx_wq_b, cq, n, iq);
+      ops_.rope(iq, n, IH, ID, rope, pos.data(), +1);
+      float* iw = ops_.alloc(n * IH);
+      ops_.matmul(L.idx_proj, x, n, iw);
+      ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
+      selected = ops_.indexer_topk(iq, iw, n, static_cast<int>(IH), ID, st.index, pos.data(), c.csa_ratio,
+                                   c.index_topk);
+    }
+  }
+  float* o = ops_.alloc(n * H * hd);
+  ops_.attention(q, n, c, st, kv, p0, L.has_compressor ? &st.comp : nullptr, selected, L.sinks, o);
+  ops_.ring_store(st, kv, n, p0, c.window, hd);
+  // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
+  ops_.rope(o, n, H, hd, rope, pos.data(), -1);
+  float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
+  ops_.grouped_matmul(L.wo_a, c.o_groups, o, n, r);
+  ops_.matmul(L.wo_b, r, n, y);
+}
+
+void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X) {
+  HS_CHECK(seq.layer_begin == w_.begin && static_cast<int>(seq.layers.size()) == w_.end - w_.begin,
+           "sequence state was made for layers starting at ", seq.layer_begin, " (", seq.layers.size(),
+           " layers), not for this shard [", w_.begin, ", ", w_.end, ")");
+  const ModelConfig& c = config_;
+  const int64_t D = c.dim, hc = c.hc_mult;
+  const int64_t p0 = seq.n_past;
+  for (int64_t t = 0; t < n; ++t)
+    HS_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, "token id ", tokens[t], " at position ", p0 + t,
+             " is outside the vocabulary [0, ", c.vocab_size, ")");
+  for (const auto& L : w_.layers) {
+    LayerState& st = seq.layers[static_cast<size_t>(L.layer - w_.begin)];
+    if (observer_) observer_(L.layer, X, n);
+    float* u = ops_.alloc(n * D);
+    float* post = ops_.alloc(n * hc);
+    float* comb = ops_.alloc(n * hc * hc);
+    float* xn = ops_.alloc(n * D);
+    float* y = ops_.alloc(n * D);
+    ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
+    ops_.rmsnorm(u, L.attn_norm, n, c.norm_eps, xn);
+    attention(L, st, xn, n, p0, y);
+    ops_.hc_post(y, post, comb, n, c, X);
+    ops_.hc_pre(L.hc_ffn, c, X, n, u, post, comb);
+    ops_.rmsnorm(u, L.ffn_norm, n, c.norm_eps, xn);
+    ops_.moe(L, c, xn, tokens, n, y);
+    ops_.hc_post(y, post, comb, n, c, X);
+    ops_.release_all();
+  }
+  seq.n_past += n;
+}
+
+void Shard::logits(const float* X, int64_t n, float* out) {
+  HS_CHECK(w_.has_head, "internal: shard [", w_.begin, ", ", w_.end, ") does not own the output head");
+  float* h = ops_.alloc(n * config_.dim);
+  ops_.hc_head(w_.hc_head, config_, X, n, h);
+  ops_.rmsnorm(h, w_.norm, n, config_.norm_eps, h);
+  ops_.matmul(w_.head, h, n, out);
+  ops_.release_all();
+}
+
+}  // namespace hs

@@ -1,0 +1,49 @@
+// A Shard: a contiguous layer range of one model on one backend. It owns its weights and
+// makes the SequenceStates of its layers. Shard 0 owns the embedding, the last shard the
+// output head; between shards only the HC state [n, hc, D] travels.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/ops.h"
+#include "engine/sequence_state.h"
+#include "engine/weights.h"
+#include "model/config.h"
+
+namespace hs {
+
+class Shard {
+ public:
+  Shard(const ModelConfig& config, ShardWeights weights, Ops& ops);
+
+  const ModelConfig& config() const { return config_; }
+  int layer_begin() const { return w_.begin; }
+  int layer_end() const { return w_.end; }
+  bool owns_embedding() const { return w_.has_embed; }
+  bool owns_output() const { return w_.has_head; }
+
+  std::unique_ptr<SequenceState> new_sequence() const;
+
+  // X [n, hc, D] = the embedding of tokens copied into every stream (shard 0 only).
+  void embed(const int32_t* tokens, int64_t n, float* X);
+  // Runs this shard's layers over n tokens at positions seq.n_past.., updating X in place and
+  // the sequence state; advances seq.n_past. tokens drive the hash-routed layers.
+  void forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X);
+  // Called with the HC state entering each layer (for bisecting against reference dumps).
+  using LayerObserver = std::function<void(int layer, const float* X, int64_t n)>;
+  void set_layer_observer(LayerObserver f) { observer_ = std::move(f); }
+  // logits [n, vocab] from X (last shard only).
+  void logits(const float* X, int64_t n, float* out);
+
+ private:
+  void attention(const LayerWeights& L, LayerState& st, const float* x, int64_t n, int64_t p0, float* y);
+
+  ModelConfig config_;
+  ShardWeights w_;
+  Ops& ops_;
+  RopeTable rope_main_, rope_compress_;
+  LayerObserver observer_;
+};
+
+}  // namespace hs

@@ -1,0 +1,60 @@
+// Weights of a contiguous layer range (a shard), dequantised to f32 for the CPU backend.
+// Loaded from any ModelSource through the canonical tensor inventory.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/source.h"
+
+namespace hs {
+
+struct Mat {  // row-major [rows, cols]
+  int64_t rows = 0, cols = 0;
+  std::vector<float> w;
+  const float* row(int64_t r) const { return w.data() + r * cols; }
+};
+
+struct HcWeights {
+  std::vector<float> fn, base, scale;
+};
+
+struct CompressorWeights {
+  Mat wkv, wgate;              // [coff*d, D]
+  std::vector<float> ape;      // [ratio, coff*d]
+  std::vector<float> norm;     // [d]
+  int ratio = 0, coff = 1;
+  int64_t d = 0;
+};
+
+struct LayerWeights {
+  int layer = 0;
+  HcWeights hc_attn, hc_ffn;
+  std::vector<float> attn_norm, ffn_norm;
+  Mat wq_a, wq_b, wkv, wo_a, wo_b;
+  std::vector<float> q_norm, kv_norm, sinks;
+  bool has_compressor = false, has_indexer = false;
+  CompressorWeights comp, idx_comp;
+  Mat idx_wq_b, idx_proj;
+  Mat gate;                     // [E, D]
+  std::vector<float> gate_bias; // [E] (score layers)
+  std::vector<int32_t> tid2eid; // [V, k] (hash layers)
+  std::vector<Mat> w1, w3, w2;  // routed experts: [I, D], [I, D], [D, I]
+  Mat sh_w1, sh_w3, sh_w2;      // shared expert
+};
+
+struct ShardWeights {
+  int begin = 0, end = 0;       // layer range [begin, end)
+  bool has_embed = false, has_head = false;
+  Mat embed, head;              // [V, D]
+  std::vector<float> norm;      // final RMSNorm [D]
+  HcWeights hc_head;            // fn [hc, hc*D], base [hc], scale [1]
+  std::vector<LayerWeights> layers;
+};
+
+// Loads and validates (every tensor present with the right shape and an allowed type)
+// the weights of layers [begin, end) plus the embedding and/or output head.
+ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool with_embed, bool with_head);
+
+}  // namespace hs

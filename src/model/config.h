@@ -1,0 +1,79 @@
+// ModelConfig: every hyper-parameter of a DeepSeek-V4 model, filled from an HF config.json
+// (current keys and the legacy official ones) or from GGUF deepseek4.* metadata.
+// Field names follow ../shared/docs/ds4-model-spec.md §1.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hs {
+namespace gguf {
+class File;
+}
+
+enum class AttnKind { SWA, CSA, HCA };  // ratio 0, the CSA ratio (4, with indexer), other ratios
+const char* attn_kind_name(AttnKind k);
+
+struct YarnParams {
+  float factor = 16.0f;
+  int64_t original_ctx = 65536;
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+};
+
+struct ModelConfig {
+  std::string source;            // "hf-config", "gguf" — for messages
+  int64_t vocab_size = 0;
+  int64_t dim = 0;               // hidden_size
+  int n_layers = 0;
+  int n_heads = 0;
+  int head_dim = 0;              // q, k and v
+  int rope_dim = 0;              // the trailing channels of each head that get RoPE
+  int q_lora_rank = 0;
+  int o_groups = 0;
+  int o_lora_rank = 0;
+  int window = 0;                // sliding_window
+  std::vector<int> compress_ratios;  // one per main layer (n_layers entries; MTP entry dropped)
+  int csa_ratio = 4;             // the ratio that has a lightning indexer
+  int index_n_heads = 0;
+  int index_head_dim = 0;
+  int index_topk = 0;
+  int n_experts = 0;
+  int n_active_experts = 0;      // num_experts_per_tok
+  int n_shared_experts = 1;
+  int moe_inter = 0;
+  int n_hash_layers = 0;         // layers [0, n_hash_layers) route by tid2eid
+  float route_scale = 1.0f;
+  float swiglu_limit = 10.0f;
+  int hc_mult = 4;
+  int hc_sinkhorn_iters = 20;
+  float hc_eps = 1e-6f;
+  float norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;            // ratio-0 layers, no YaRN
+  float compress_rope_theta = 160000.0f;  // ratio>0 layers, with YaRN
+  YarnParams yarn;
+  int64_t max_position = 0;
+  int bos_token_id = 0;
+  int eos_token_id = 1;
+  int n_mtp_layers = 0;
+
+  int ratio(int layer) const { return compress_ratios.at(static_cast<size_t>(layer)); }
+  AttnKind kind(int layer) const;
+  bool is_hash_layer(int layer) const { return layer < n_hash_layers; }
+  int64_t hc_dim() const { return dim * hc_mult; }
+  int hc_mix() const { return (2 + hc_mult) * hc_mult; }
+  // Compressor width multiplier: 2 for the overlapping CSA windows, 1 otherwise.
+  int compress_coff(int layer) const { return ratio(layer) == csa_ratio ? 2 : 1; }
+
+  // Throws hs::Error naming the field and value when the config is inconsistent.
+  void validate() const;
+  std::string summary() const;  // multi-line, for `inspect`
+  std::string layer_schedule() const;
+};
+
+// Parses config.json text (path is used in messages).
+ModelConfig config_from_hf_json(const std::string& json_text, const std::string& path);
+ModelConfig config_from_hf_dir(const std::string& dir);
+ModelConfig config_from_gguf(const gguf::File& f);
+
+}  // namespace hs

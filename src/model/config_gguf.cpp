@@ -1,0 +1,92 @@
+// ModelConfig from GGUF `deepseek4.*` metadata (../shared/docs/gguf-ds4.md §1).
+#include "format/gguf.h"
+#include "model/config.h"
+#include "util/error.h"
+
+namespace hs {
+
+ModelConfig config_from_gguf(const gguf::File& f) {
+  const std::string arch = f.has("general.architecture") ? f.get_string("general.architecture") : "";
+  HS_CHECK(arch == "deepseek4", f.path(), ": general.architecture is '", arch, "', expected 'deepseek4'");
+  const std::string p = "deepseek4.";
+  auto u32 = [&](const char* k) { return static_cast<int>(f.get_u32(p + k)); };
+  auto u32_or = [&](const char* k, int d) { return f.has(p + k) ? static_cast<int>(f.get_u32(p + k)) : d; };
+  auto f32 = [&](const char* k) { return f.get_f32(p + k); };
+  auto f32_or = [&](const char* k, float d) { return f.has(p + k) ? f.get_f32(p + k) : d; };
+
+  ModelConfig c;
+  c.source = f.path();
+  c.n_layers = u32("block_count");
+  c.dim = u32("embedding_length");
+  c.max_position = static_cast<int64_t>(f.get_u64(p + "context_length"));
+  c.n_heads = u32("attention.head_count");
+  int kv_heads = u32_or("attention.head_count_kv", 1);
+  HS_CHECK(kv_heads == 1, f.path(), ": key ", p, "attention.head_count_kv: expected 1 (MQA), found ", kv_heads);
+  c.head_dim = u32("attention.key_length");
+  int vlen = u32("attention.value_length");
+  HS_CHECK(vlen == c.head_dim, f.path(), ": key ", p, "attention.value_length: expected ", c.head_dim,
+           " (= key_length), found ", vlen);
+  c.rope_dim = u32("rope.dimension_count");
+  c.rope_theta = f32("rope.freq_base");
+  c.compress_rope_theta = f32("attention.compress_rope_freq_base");
+  c.norm_eps = f32("attention.layer_norm_rms_epsilon");
+  c.q_lora_rank = u32("attention.q_lora_rank");
+  c.o_lora_rank = u32("attention.output_lora_rank");
+  c.o_groups = u32("attention.output_group_count");
+  c.window = u32("attention.sliding_window");
+  if (f.has(p + "rope.scaling.type")) {
+    std::string t = f.get_string(p + "rope.scaling.type");
+    HS_CHECK(t == "yarn", f.path(), ": key ", p, "rope.scaling.type: expected 'yarn', found '", t, "'");
+  }
+  c.yarn.factor = f32_or("rope.scaling.factor", 16.0f);
+  c.yarn.original_ctx = f.has(p + "rope.scaling.original_context_length")
+                            ? static_cast<int64_t>(f.get_u64(p + "rope.scaling.original_context_length"))
+                            : 65536;
+  c.yarn.beta_fast = f32_or("rope.scaling.yarn_beta_fast", 32.0f);
+  c.yarn.beta_slow = f32_or("rope.scaling.yarn_beta_slow", 1.0f);
+  auto ratios = f.get_int_array(p + "attention.compress_ratios");
+  HS_CHECK(static_cast<int>(ratios.size()) >= c.n_layers, f.path(), ": key ", p,
+           "attention.compress_ratios: expected at least block_count = ", c.n_layers, " entries, found ",
+           ratios.size());
+  for (int l = 0; l < c.n_layers; ++l) c.compress_ratios.push_back(static_cast<int>(ratios[static_cast<size_t>(l)]));
+  c.csa_ratio = 4;
+  c.index_n_heads = u32_or("attention.indexer.head_count", 0);
+  c.index_head_dim = u32_or("attention.indexer.key_length", 0);
+  c.index_topk = u32_or("attention.indexer.top_k", 0);
+  c.n_experts = u32("expert_count");
+  c.n_active_experts = u32("expert_used_count");
+  c.n_shared_experts = u32_or("expert_shared_count", 1);
+  c.moe_inter = u32("expert_feed_forward_length");
+  c.route_scale = f32("expert_weights_scale");
+  if (f.has(p + "expert_weights_norm"))
+    HS_CHECK(f.get_bool(p + "expert_weights_norm"), f.path(), ": key ", p,
+             "expert_weights_norm: expected true, found false");
+  int gating = u32("expert_gating_func");
+  HS_CHECK(gating == 4, f.path(), ": key ", p, "expert_gating_func: expected 4 (sqrt-softplus), found ", gating);
+  c.n_hash_layers = u32("hash_layer_count");
+  if (f.has(p + "swiglu_clamp_exp")) {
+    auto clamps = f.get_f32_array(p + "swiglu_clamp_exp");
+    HS_CHECK(!clamps.empty(), f.path(), ": key ", p, "swiglu_clamp_exp is empty");
+    for (float v : clamps)
+      HS_CHECK(v == clamps[0], f.path(), ": key ", p, "swiglu_clamp_exp: per-layer clamps differ (", v, " vs ",
+               clamps[0], "); only one value is supported");
+    c.swiglu_limit = clamps[0];
+  }
+  c.hc_mult = u32("hyper_connection.count");
+  c.hc_sinkhorn_iters = u32("hyper_connection.sinkhorn_iterations");
+  c.hc_eps = f32("hyper_connection.epsilon");
+  c.n_mtp_layers = u32_or("nextn_predict_layers", 0);
+  if (f.has(p + "vocab_size")) {
+    c.vocab_size = u32("vocab_size");
+  } else if (f.has("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<int64_t>(f.get_string_array("tokenizer.ggml.tokens").size());
+  } else if (const auto* t = f.find_tensor("token_embd.weight")) {
+    c.vocab_size = t->ne.size() > 1 ? t->ne[1] : 0;
+  }
+  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int>(f.get_u32("tokenizer.ggml.bos_token_id"));
+  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_id = static_cast<int>(f.get_u32("tokenizer.ggml.eos_token_id"));
+  c.validate();
+  return c;
+}
+
+}  // namespace hs

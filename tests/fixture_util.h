@@ -1,0 +1,93 @@
+// Helpers for the model-fixture parity tests: load a fixture's expected.safetensors and
+// compare logits the way ../shared/fixtures/README.md defines the pass mark.
+#pragma once
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+
+namespace hs::test {
+
+struct Expected {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;  // [T, vocab]
+  int64_t vocab = 0;
+  std::vector<int64_t> chunk_sizes;
+  std::vector<float> hc_states;  // [layers, T, hc, D] (tiny only)
+};
+
+inline Expected load_expected(const std::string& dir) {
+  st::File f(dir + "/expected.safetensors");
+  Expected e;
+  const auto& tk = f.tensors().at("tokens");
+  e.tokens.resize(static_cast<size_t>(tk.n_elements()));
+  std::memcpy(e.tokens.data(), tk.data, tk.nbytes);
+  const auto& lg = f.tensors().at("logits");
+  e.vocab = lg.shape[1];
+  e.logits.resize(static_cast<size_t>(lg.n_elements()));
+  std::memcpy(e.logits.data(), lg.data, lg.nbytes);
+  const auto& cs = f.tensors().at("chunk_sizes");
+  for (int64_t i = 0; i < cs.n_elements(); ++i) {
+    int32_t v;
+    std::memcpy(&v, cs.data + 4 * i, 4);
+    e.chunk_sizes.push_back(v);
+  }
+  if (f.tensors().count("hc_states")) {
+    const auto& hs = f.tensors().at("hc_states");
+    e.hc_states.resize(static_cast<size_t>(hs.n_elements()));
+    std::memcpy(e.hc_states.data(), hs.data, hs.nbytes);
+  }
+  return e;
+}
+
+inline double rel_l2(const float* a, const float* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Number of rows whose argmax differs (NaN anywhere counts as a mismatch).
+inline int argmax_mismatches(const std::vector<float>& a, const std::vector<float>& b, int64_t vocab) {
+  int bad = 0;
+  for (size_t r = 0; r < a.size() / static_cast<size_t>(vocab); ++r) {
+    auto am = [&](const std::vector<float>& v) {
+      size_t best = 0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (std::isnan(v[r * vocab + i])) return static_cast<size_t>(-1);
+        if (v[r * vocab + i] > v[r * vocab + best]) best = static_cast<size_t>(i);
+      }
+      return best;
+    };
+    if (am(a) != am(b) || am(a) == static_cast<size_t>(-1)) ++bad;
+  }
+  return bad;
+}
+
+// Random chunk sizes summing to T (seeded): mixes single-token steps and long chunks.
+inline std::vector<int64_t> random_split(int64_t T, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int64_t> out;
+  int64_t done = 0;
+  while (done < T) {
+    int64_t c;
+    switch (rng() % 4) {
+      case 0: c = 1; break;
+      case 1: c = 1 + rng() % 5; break;
+      case 2: c = 1 + rng() % 40; break;
+      default: c = 1 + rng() % 100; break;
+    }
+    c = std::min(c, T - done);
+    out.push_back(c);
+    done += c;
+  }
+  return out;
+}
+
+}  // namespace hs::test
