@@ -78,7 +78,7 @@ void CpuOps::hc_head(const HcWeights& w, const ModelConfig& c, const float* X, i
 }
 
 void CpuOps::compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g,
-                               int64_t n, float eps, const RopeTable& rope) {
+                               int64_t n, float eps, const RopeTable& rope, Numerics num, EntryQat qat) {
   const int r = st.ratio, co = st.coff;
   const int64_t d = st.d, width = co * d;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -113,9 +113,15 @@ void CpuOps::compressor_update(CompressorState& st, const CompressorWeights& w, 
       slots = r;
     }
     cpu::compress_pool(kv.data(), gate.data(), slots, d, z.data());
+    const bool model = num == Numerics::Model;
+    if (model) cpu::round_bf16(z.data(), d);
     cpu::rmsnorm(z.data(), w.norm.data(), 1, d, eps, z.data());
+    if (model) cpu::round_bf16(z.data(), d);
     const int64_t pos = st.n_entries * r;
     cpu::rope(z.data(), 1, 1, d, rope.rope_dim, &pos, rope.inv_freq.data(), +1);
+    if (model && qat == EntryQat::Fp8Kv) kv_fp8_sim(z.data(), 1, d, d - rope.rope_dim);
+    if (model && qat == EntryQat::IndexerFp4) indexer_fp4_sim(z.data(), 1, d);
+    if (model && qat == EntryQat::None) cpu::round_bf16(z.data(), d);
     st.entries.insert(st.entries.end(), z.begin(), z.end());
     ++st.n_entries;
     st.buf_n = 0;
@@ -173,7 +179,8 @@ void CpuOps::ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_
 }
 
 void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-                 float* y) {
+                 Numerics num, float* y) {
+  const bool model = num == Numerics::Model;
   const int E = c.n_experts, K = c.n_active_experts;
   const int64_t D = c.dim, I = c.moe_inter;
   std::vector<float> logits(static_cast<size_t>(n * E));
@@ -197,6 +204,7 @@ void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, co
     const int64_t m = static_cast<int64_t>(toks.size());
     xs.resize(static_cast<size_t>(m * D));
     for (int64_t i = 0; i < m; ++i) std::memcpy(xs.data() + i * D, x + toks[i].first * D, static_cast<size_t>(D) * 4);
+    if (model) act_quant_fp8(xs.data(), m, D);
     g.resize(static_cast<size_t>(m * I));
     u.resize(g.size());
     h.resize(g.size());
@@ -204,7 +212,9 @@ void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, co
     cpu::matmul(pool_, w.w1[e].w.data(), I, D, xs.data(), m, g.data());
     cpu::matmul(pool_, w.w3[e].w.data(), I, D, xs.data(), m, u.data());
     cpu::swiglu_clamp(g.data(), u.data(), m * I, c.swiglu_limit, h.data());
+    if (model) act_quant_fp8(h.data(), m, I);
     cpu::matmul(pool_, w.w2[e].w.data(), D, I, h.data(), m, d.data());
+    if (model) cpu::round_bf16(d.data(), m * D);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t ch = 0; ch < D; ++ch) y[toks[i].first * D + ch] += d[i * D + ch] * toks[i].second;
   }
@@ -213,11 +223,32 @@ void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, co
   u.resize(g.size());
   h.resize(g.size());
   d.resize(static_cast<size_t>(n * D));
-  cpu::matmul(pool_, w.sh_w1.w.data(), I, D, x, n, g.data());
-  cpu::matmul(pool_, w.sh_w3.w.data(), I, D, x, n, u.data());
+  std::vector<float> xq(x, x + n * D);
+  if (model) act_quant_fp8(xq.data(), n, D);
+  cpu::matmul(pool_, w.sh_w1.w.data(), I, D, xq.data(), n, g.data());
+  cpu::matmul(pool_, w.sh_w3.w.data(), I, D, xq.data(), n, u.data());
   cpu::swiglu_clamp(g.data(), u.data(), n * I, c.swiglu_limit, h.data());
+  if (model) act_quant_fp8(h.data(), n, I);
   cpu::matmul(pool_, w.sh_w2.w.data(), D, I, h.data(), n, d.data());
+  if (model) cpu::round_bf16(d.data(), n * D);
   for (int64_t i = 0; i < n * D; ++i) y[i] += d[i];
+  if (model) cpu::round_bf16(y, n * D);
+}
+
+void CpuOps::round_bf16(float* x, int64_t n) { cpu::round_bf16(x, n); }
+
+void CpuOps::act_quant_fp8(float* x, int64_t rows, int64_t cols) { cpu::fp8_round_trip(x, rows, cols, cols, 128); }
+
+void CpuOps::kv_fp8_sim(float* x, int64_t rows, int64_t head_dim, int64_t channels) {
+  cpu::fp8_round_trip(x, rows, head_dim, channels, 64);
+  cpu::round_bf16(x, rows * head_dim);
+}
+
+void CpuOps::indexer_fp4_sim(float* x, int64_t rows, int64_t d) {
+  cpu::hadamard(x, rows, d);
+  cpu::round_bf16(x, rows * d);
+  cpu::fp4_round_trip(x, rows, d, 32);
+  cpu::round_bf16(x, rows * d);
 }
 
 }  // namespace hs

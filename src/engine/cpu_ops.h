@@ -29,7 +29,7 @@ class CpuOps : public Ops {
                float* X) override;
   void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) override;
   void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g, int64_t n,
-                         float eps, const RopeTable& rope) override;
+                         float eps, const RopeTable& rope, Numerics num, EntryQat qat) override;
   std::vector<std::vector<int32_t>> indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id,
                                                  const CompressorState& keys, const int64_t* pos, int ratio,
                                                  int k) override;
@@ -39,7 +39,11 @@ class CpuOps : public Ops {
   void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
                   int64_t head_dim) override;
   void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-           float* y) override;
+           Numerics num, float* y) override;
+  void round_bf16(float* x, int64_t n) override;
+  void act_quant_fp8(float* x, int64_t rows, int64_t cols) override;
+  void kv_fp8_sim(float* x, int64_t rows, int64_t head_dim, int64_t channels) override;
+  void indexer_fp4_sim(float* x, int64_t rows, int64_t d) override;
 
  private:
   ThreadPool& pool_;

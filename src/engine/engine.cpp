@@ -13,10 +13,15 @@ void Sequence::reset() {
 
 Engine::Engine(const std::string& model_path, const EngineOptions& opts) {
   HS_CHECK(opts.device == "cpu", "device '", opts.device, "' is not available in this build (use --device cpu)");
-  HS_CHECK(opts.numerics == Numerics::Reference,
-           "--numerics model is not implemented on the CPU backend yet; use --numerics reference");
   source_ = ModelSource::open(model_path);
   config_ = source_->config();
+  if (opts.numerics == Numerics::Model) {
+    bool has_csa = false;
+    for (int r : config_.compress_ratios) has_csa |= r == config_.csa_ratio;
+    const int id = config_.index_head_dim;
+    HS_CHECK(!has_csa || (id > 0 && (id & (id - 1)) == 0), "--numerics model: the indexer's Hadamard rotation needs a "
+             "power-of-two index_head_dim, this model has ", id, " (use --numerics reference)");
+  }
   pool_ = std::make_unique<ThreadPool>(opts.threads);
   ops_ = std::make_unique<CpuOps>(*pool_);
   std::vector<int> split = opts.layer_split;
@@ -31,7 +36,7 @@ Engine::Engine(const std::string& model_path, const EngineOptions& opts) {
   for (size_t i = 0; i < split.size(); ++i) {
     const int end = begin + split[i];
     ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size());
-    shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops_));
+    shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops_, opts.numerics));
     begin = end;
   }
 }

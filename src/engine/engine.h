@@ -12,8 +12,6 @@
 
 namespace hs {
 
-enum class Numerics { Reference, Model };
-
 struct EngineOptions {
   std::string device = "cpu";
   Numerics numerics = Numerics::Reference;

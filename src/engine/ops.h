@@ -10,6 +10,13 @@
 
 namespace hs {
 
+// reference: f32 everywhere (what the HF fixtures use). model: DeepSeek's inference numerics
+// (BF16 storage, FP8 activation quantisation, FP8 KV and Hadamard+FP4 indexer round trips).
+enum class Numerics { Reference, Model };
+
+// Which round trip a compressor applies to its finished entries under model numerics.
+enum class EntryQat { None, Fp8Kv, IndexerFp4 };
+
 struct RopeTable {
   int rope_dim = 0;
   std::vector<float> inv_freq;  // [rope_dim / 2]
@@ -44,7 +51,7 @@ class Ops {
   // Feeds the projections a/g ([n, coff*d]) of n tokens to a compressor; closes windows into
   // new entries (pooled, normed, RoPE'd at their first position).
   virtual void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g,
-                                 int64_t n, float eps, const RopeTable& rope) = 0;
+                                 int64_t n, float eps, const RopeTable& rope, Numerics num, EntryQat qat) = 0;
   // For each query t (position pos[t]): top-min(k, visible) entries of the indexer scores.
   virtual std::vector<std::vector<int32_t>> indexer_topk(const float* q, const float* w, int64_t n, int ih,
                                                          int64_t id, const CompressorState& keys,
@@ -58,7 +65,16 @@ class Ops {
   virtual void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
                           int64_t head_dim) = 0;
   virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-                   float* y) = 0;
+                   Numerics num, float* y) = 0;
+
+  // Model-numerics round trips (in place).
+  virtual void round_bf16(float* x, int64_t n) = 0;
+  // FP8 e4m3 activation quantisation of a linear's input, 1x128 blocks with ue8m0 scales.
+  virtual void act_quant_fp8(float* x, int64_t rows, int64_t cols) = 0;
+  // FP8 simulation (64-blocks) of the non-RoPE channels of KV rows, then BF16.
+  virtual void kv_fp8_sim(float* x, int64_t rows, int64_t head_dim, int64_t channels) = 0;
+  // Hadamard rotation then FP4 simulation (32-blocks) of indexer q/k rows, then BF16.
+  virtual void indexer_fp4_sim(float* x, int64_t rows, int64_t d) = 0;
 };
 
 }  // namespace hs

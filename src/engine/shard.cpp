@@ -1,6 +1,7 @@
 #include "engine/shard.h"
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "kernels/cpu/ops.h"
@@ -8,8 +9,8 @@
 
 namespace hs {
 
-Shard::Shard(const ModelConfig& config, ShardWeights weights, Ops& ops)
-    : config_(config), w_(std::move(weights)), ops_(ops) {
+Shard::Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics)
+    : config_(config), w_(std::move(weights)), ops_(ops), numerics_(numerics) {
   rope_main_ = {config_.rope_dim, cpu::rope_inv_freq(config_.rope_dim, config_.rope_theta)};
   rope_compress_ = {config_.rope_dim,
                     cpu::rope_inv_freq_yarn(config_.rope_dim, config_.compress_rope_theta, config_.yarn.factor,
@@ -34,49 +35,76 @@ std::unique_ptr<SequenceState> Shard::new_sequence() const {
 void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
   HS_CHECK(w_.has_embed, "internal: shard [", w_.begin, ", ", w_.end, ") does not own the embedding");
   ops_.embed(w_.embed, tokens, n, config_.hc_mult, X);
+  bf16(X, n * config_.hc_mult * config_.dim);
 }
 
-void Shard::attention(const LayerWeights& L, LayerState& st, const float* x, int64_t n, int64_t p0, float* y) {
+// Attention sub-layer (ds4-model-spec.md §5). Under model numerics the comments' BF16/FP8
+// points follow the precision map of §9; under reference numerics everything stays f32.
+void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, int64_t n, int64_t p0, float* y) {
   const ModelConfig& c = config_;
-  const int64_t H = c.n_heads, hd = c.head_dim;
+  const int64_t H = c.n_heads, hd = c.head_dim, D = c.dim;
   const RopeTable& rope = c.ratio(L.layer) == 0 ? rope_main_ : rope_compress_;
   std::vector<int64_t> pos(static_cast<size_t>(n));
   std::iota(pos.begin(), pos.end(), p0);
+  // FP8 linears quantise their input; the BF16/F32 ones (compressor, indexer weights) do not.
+  const float* x = x_in;
+  if (model()) {
+    float* xq = ops_.alloc(n * D);
+    std::memcpy(xq, x_in, static_cast<size_t>(n * D) * 4);
+    ops_.act_quant_fp8(xq, n, D);
+    x = xq;
+  }
 
-  // Query: low-rank with q_norm, then per-head unweighted RMS and RoPE on the tail.
+  // Query: low-rank with q_norm (c_q is kept for the indexer), per-head RMS, RoPE on the tail.
   float* cq = ops_.alloc(n * c.q_lora_rank);
   ops_.matmul(L.wq_a, x, n, cq);
+  bf16(cq, n * c.q_lora_rank);
   ops_.rmsnorm(cq, L.q_norm, n, c.norm_eps, cq);
+  bf16(cq, n * c.q_lora_rank);
+  float* cq_in = cq;
+  if (model()) {
+    cq_in = ops_.alloc(n * c.q_lora_rank);
+    std::memcpy(cq_in, cq, static_cast<size_t>(n * c.q_lora_rank) * 4);
+    ops_.act_quant_fp8(cq_in, n, c.q_lora_rank);
+  }
   float* q = ops_.alloc(n * H * hd);
-  ops_.matmul(L.wq_b, cq, n, q);
+  ops_.matmul(L.wq_b, cq_in, n, q);
+  bf16(q, n * H * hd);
   ops_.rmsnorm_unweighted(q, n * H, hd, c.norm_eps);
   ops_.rope(q, n, H, hd, rope, pos.data(), +1);
+  bf16(q, n * H * hd);
   // The single shared K = V row of each token.
   float* kv = ops_.alloc(n * hd);
   ops_.matmul(L.wkv, x, n, kv);
+  bf16(kv, n * hd);
   ops_.rmsnorm(kv, L.kv_norm, n, c.norm_eps, kv);
+  bf16(kv, n * hd);
   ops_.rope(kv, n, 1, hd, rope, pos.data(), +1);
+  if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c.rope_dim);
 
   std::vector<std::vector<int32_t>> selected;
   if (L.has_compressor) {
     const int64_t width = L.comp.coff * hd;
     float* a = ops_.alloc(n * width);
     float* g = ops_.alloc(n * width);
-    ops_.matmul(L.comp.wkv, x, n, a);
-    ops_.matmul(L.comp.wgate, x, n, g);
-    ops_.compressor_update(st.comp, L.comp, a, g, n, c.norm_eps, rope);
+    ops_.matmul(L.comp.wkv, x_in, n, a);
+    ops_.matmul(L.comp.wgate, x_in, n, g);
+    ops_.compressor_update(st.comp, L.comp, a, g, n, c.norm_eps, rope, numerics_, EntryQat::Fp8Kv);
     if (L.has_indexer) {
       const int64_t ID = c.index_head_dim, IH = c.index_n_heads;
       float* ia = ops_.alloc(n * 2 * ID);
       float* ig = ops_.alloc(n * 2 * ID);
-      ops_.matmul(L.idx_comp.wkv, x, n, ia);
-      ops_.matmul(L.idx_comp.wgate, x, n, ig);
-      ops_.compressor_update(st.index, L.idx_comp, ia, ig, n, c.norm_eps, rope);
+      ops_.matmul(L.idx_comp.wkv, x_in, n, ia);
+      ops_.matmul(L.idx_comp.wgate, x_in, n, ig);
+      ops_.compressor_update(st.index, L.idx_comp, ia, ig, n, c.norm_eps, rope, numerics_, EntryQat::IndexerFp4);
       float* iq = ops_.alloc(n * IH * ID);
-      ops_.matmul(L.idx_wq_b, cq, n, iq);
+      ops_.matmul(L.idx_wq_b, cq_in, n, iq);
+      bf16(iq, n * IH * ID);
       ops_.rope(iq, n, IH, ID, rope, pos.data(), +1);
+      if (model()) ops_.indexer_fp4_sim(iq, n * IH, ID);
       float* iw = ops_.alloc(n * IH);
-      ops_.matmul(L.idx_proj, x, n, iw);
+      ops_.matmul(L.idx_proj, x_in, n, iw);
+      bf16(iw, n * IH);
       ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
       selected = ops_.indexer_topk(iq, iw, n, static_cast<int>(IH), ID, st.index, pos.data(), c.csa_ratio,
                                    c.index_topk);
@@ -85,11 +113,16 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x, int
   float* o = ops_.alloc(n * H * hd);
   ops_.attention(q, n, c, st, kv, p0, L.has_compressor ? &st.comp : nullptr, selected, L.sinks, o);
   ops_.ring_store(st, kv, n, p0, c.window, hd);
+  bf16(o, n * H * hd);
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
   ops_.rope(o, n, H, hd, rope, pos.data(), -1);
+  bf16(o, n * H * hd);
   float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
   ops_.grouped_matmul(L.wo_a, c.o_groups, o, n, r);
+  bf16(r, n * c.o_groups * c.o_lora_rank);
+  act_quant(r, n, c.o_groups * c.o_lora_rank);
   ops_.matmul(L.wo_b, r, n, y);
+  bf16(y, n * D);
 }
 
 void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X) {
@@ -111,13 +144,19 @@ void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float*
     float* xn = ops_.alloc(n * D);
     float* y = ops_.alloc(n * D);
     ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
+    bf16(u, n * D);
     ops_.rmsnorm(u, L.attn_norm, n, c.norm_eps, xn);
+    bf16(xn, n * D);
     attention(L, st, xn, n, p0, y);
     ops_.hc_post(y, post, comb, n, c, X);
+    bf16(X, n * hc * D);
     ops_.hc_pre(L.hc_ffn, c, X, n, u, post, comb);
+    bf16(u, n * D);
     ops_.rmsnorm(u, L.ffn_norm, n, c.norm_eps, xn);
-    ops_.moe(L, c, xn, tokens, n, y);
+    bf16(xn, n * D);
+    ops_.moe(L, c, xn, tokens, n, numerics_, y);
     ops_.hc_post(y, post, comb, n, c, X);
+    bf16(X, n * hc * D);
     ops_.release_all();
   }
   seq.n_past += n;
@@ -127,7 +166,9 @@ void Shard::logits(const float* X, int64_t n, float* out) {
   HS_CHECK(w_.has_head, "internal: shard [", w_.begin, ", ", w_.end, ") does not own the output head");
   float* h = ops_.alloc(n * config_.dim);
   ops_.hc_head(w_.hc_head, config_, X, n, h);
+  bf16(h, n * config_.dim);
   ops_.rmsnorm(h, w_.norm, n, config_.norm_eps, h);
+  bf16(h, n * config_.dim);
   ops_.matmul(w_.head, h, n, out);
   ops_.release_all();
 }

@@ -15,7 +15,7 @@ namespace hs {
 
 class Shard {
  public:
-  Shard(const ModelConfig& config, ShardWeights weights, Ops& ops);
+  Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics = Numerics::Reference);
 
   const ModelConfig& config() const { return config_; }
   int layer_begin() const { return w_.begin; }
@@ -38,10 +38,14 @@ class Shard {
 
  private:
   void attention(const LayerWeights& L, LayerState& st, const float* x, int64_t n, int64_t p0, float* y);
+  bool model() const { return numerics_ == Numerics::Model; }
+  void bf16(float* x, int64_t n) { if (model()) ops_.round_bf16(x, n); }
+  void act_quant(float* x, int64_t rows, int64_t cols) { if (model()) ops_.act_quant_fp8(x, rows, cols); }
 
   ModelConfig config_;
   ShardWeights w_;
   Ops& ops_;
+  Numerics numerics_;
   RopeTable rope_main_, rope_compress_;
   LayerObserver observer_;
 };

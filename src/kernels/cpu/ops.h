@@ -71,4 +71,14 @@ void moe_route(const float* logits, int n_experts, int k, const float* bias, con
 // SwiGLU with the clamps: silu(min(g, lim)) * clamp(u, -lim, lim).
 void swiglu_clamp(const float* g, const float* u, int64_t n, float limit, float* h);
 
+// ---- "model numerics" round trips (ds4-model-spec.md §3.4-3.5). All in place.
+void round_bf16(float* x, int64_t n);
+// Per row (stride apart), per block of `block` among the first `channels`:
+// s = 2^ceil(log2(max(amax, amax_floor) / 448)), v <- e4m3(clamp(v / s)) * s.
+void fp8_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block, float amax_floor = 1e-4f);
+// Per block of 32: s = 2^ceil(log2(amax / 6)), v <- e2m1(clamp(v / s)) * s.
+void fp4_round_trip(float* x, int64_t rows, int64_t d, int block = 32);
+// y = H v / sqrt(d) (Sylvester order), d a power of two.
+void hadamard(float* x, int64_t rows, int64_t d);
+
 }  // namespace hs::cpu

@@ -1,0 +1,101 @@
+// `hyperstream logits MODEL --tokens FILE --out FILE.npy [--chunks SPEC]`: the parity tool.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/args.h"
+#include "engine/engine.h"
+#include "format/npy.h"
+#include "util/error.h"
+#include "util/mmap.h"
+
+namespace hs::cli {
+
+namespace {
+
+std::vector<int32_t> read_tokens(const std::string& path) {
+  std::string text = read_file(path);
+  std::vector<int32_t> out;
+  std::istringstream ss(text);
+  std::string w;
+  while (ss >> w) {
+    long long v = parse_int(path + ": token #" + std::to_string(out.size()), w);
+    HS_CHECK(v >= 0 && v <= INT32_MAX, path, ": token #", out.size(), " = ", v, " is not a valid token id");
+    out.push_back(static_cast<int32_t>(v));
+  }
+  HS_CHECK(!out.empty(), path, ": no token ids (expected whitespace-separated integers)");
+  return out;
+}
+
+Numerics parse_numerics(const std::string& s) {
+  if (s == "reference") return Numerics::Reference;
+  if (s == "model") return Numerics::Model;
+  fail("--numerics: expected 'reference' or 'model', got '", s, "'");
+}
+
+std::vector<int> parse_split(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(static_cast<int>(parse_int("--layer-split", item)));
+  return out;
+}
+
+}  // namespace
+
+int cmd_logits(const Args& args) {
+  const std::vector<OptionSpec> specs = {
+      {"tokens", true, "file of whitespace-separated token ids (required)", "FILE"},
+      {"out", true, "output .npy file: float32 [T, vocab], row t = logits after token t (required)", "FILE"},
+      {"chunks", true, "comma list of chunk sizes summing to T, or one k for chunks of k (default: one chunk)",
+       "SPEC"},
+      {"device", true, "cpu (default)", "DEV"},
+      {"numerics", true, "reference (f32, default) or model (bf16 activations, QAT round trips)", "MODE"},
+      {"threads", true, "CPU threads (default: all cores)", "N"},
+      {"layer-split", true, "layers per shard, e.g. 3,3 (default: one shard)", "N,N,..."},
+  };
+  ParsedArgs a("logits", args, specs);
+  if (a.help()) {
+    print_help("logits", "MODEL --tokens FILE --out FILE.npy [options]",
+               "Runs MODEL over the token ids, prefilling them in the given chunks (a chunk of 1 is a decode\n"
+               "step), and writes the logits after every token. Used to check the engine against reference\n"
+               "logits: every chunk split must give the same result.",
+               specs);
+    return 0;
+  }
+  HS_CHECK(a.positionals().size() == 1, "expected exactly one MODEL argument (see hyperstream logits --help)");
+  HS_CHECK(a.has("tokens"), "missing --tokens FILE");
+  HS_CHECK(a.has("out"), "missing --out FILE.npy");
+  const std::vector<int32_t> tokens = read_tokens(*a.get("tokens"));
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const std::vector<int64_t> chunks = parse_chunk_spec(a.get_or("chunks", std::to_string(T)), T);
+
+  EngineOptions opts;
+  opts.device = a.get_or("device", "cpu");
+  opts.numerics = parse_numerics(a.get_or("numerics", "reference"));
+  opts.threads = static_cast<int>(a.get_int("threads", 0));
+  if (a.has("layer-split")) opts.layer_split = parse_split(*a.get("layer-split"));
+  Engine eng(a.positionals()[0], opts);
+  const int64_t V = eng.config().vocab_size;
+  for (int64_t t = 0; t < T; ++t)
+    HS_CHECK(tokens[static_cast<size_t>(t)] < V, *a.get("tokens"), ": token #", t, " = ", tokens[static_cast<size_t>(t)],
+             " is outside the vocabulary [0, ", V, ")");
+
+  std::vector<float> logits(static_cast<size_t>(T * V));
+  auto seq = eng.new_sequence();
+  const auto t0 = std::chrono::steady_clock::now();
+  int64_t pos = 0;
+  for (int64_t c : chunks) {
+    eng.step(*seq, tokens.data() + pos, c, logits.data() + pos * V);
+    pos += c;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  npy::write_f32(*a.get("out"), {T, V}, logits.data());
+  std::fprintf(stderr, "logits: %lld tokens in %zu chunk(s), %.3f s (%.1f tok/s) -> %s [%lld x %lld]\n",
+               static_cast<long long>(T), chunks.size(), secs, static_cast<double>(T) / secs, a.get("out")->c_str(),
+               static_cast<long long>(T), static_cast<long long>(V));
+  return 0;
+}
+
+}  // namespace hs::cli

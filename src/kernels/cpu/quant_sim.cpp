@@ -1,0 +1,72 @@
+// The "model numerics" round trips of DeepSeek's reference (ds4-model-spec.md §3.4, §3.5, §9):
+// BF16 storage, FP8 activation quantisation, FP8 KV simulation, Hadamard + FP4 indexer simulation.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "util/error.h"
+#include "util/fp.h"
+
+namespace hs::cpu {
+
+namespace {
+// 2^ceil(log2(x)) taken from the f32 bit pattern, as the reference computes its ue8m0 scales.
+float pow2_ceil(float x) {
+  uint32_t b = std::bit_cast<uint32_t>(x);
+  int e = static_cast<int>((b >> 23) & 0xff) - 127;
+  if (b & 0x7fffffu) e += 1;
+  return std::ldexp(1.0f, e);
+}
+}  // namespace
+
+void round_bf16(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = hs::round_bf16(x[i]);
+}
+
+void fp8_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block, float amax_floor) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * stride;
+    for (int64_t b = 0; b < channels; b += block) {
+      const int64_t e = std::min<int64_t>(channels, b + block);
+      float amax = amax_floor;
+      for (int64_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float s = pow2_ceil(amax / 448.0f);
+      for (int64_t i = b; i < e; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(v[i] / s, -448.0f, 448.0f))) * s;
+    }
+  }
+}
+
+void fp4_round_trip(float* x, int64_t rows, int64_t d, int block) {
+  const float floor_amax = 6.0f * 0x1p-126f;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * d;
+    for (int64_t b = 0; b < d; b += block) {
+      const int64_t e = std::min<int64_t>(d, b + block);
+      float amax = floor_amax;
+      for (int64_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(v[i]));
+      const float s = pow2_ceil(amax / 6.0f);
+      for (int64_t i = b; i < e; ++i) v[i] = e2m1_to_f32(f32_to_e2m1(std::clamp(v[i] / s, -6.0f, 6.0f))) * s;
+    }
+  }
+}
+
+void hadamard(float* x, int64_t rows, int64_t d) {
+  HS_CHECK(d > 0 && (d & (d - 1)) == 0, "Hadamard rotation needs a power-of-two width, got ", d);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  for (int64_t r = 0; r < rows; ++r) {
+    float* v = x + r * d;
+    // In-place fast Walsh-Hadamard transform (Sylvester order), then the 1/sqrt(d) scale.
+    for (int64_t h = 1; h < d; h *= 2)
+      for (int64_t i = 0; i < d; i += 2 * h)
+        for (int64_t j = i; j < i + h; ++j) {
+          const float a = v[j], b = v[j + h];
+          v[j] = a + b;
+          v[j + h] = a - b;
+        }
+    for (int64_t i = 0; i < d; ++i) v[i] *= scale;
+  }
+}
+
+}  // namespace hs::cpu
