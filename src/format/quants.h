@@ -1,0 +1,34 @@
+// CPU reference codecs for GGUF tensor types: dequantizers for every block type hyperstream
+// reads, and the round-to-nearest reference quantizers that `convert` / `synth` write with.
+// Byte layouts and formulas: shared/docs/quant-formats.md. Dequantization is bit-exact with
+// llama.cpp / Lucebox (tests/test_quants.cpp checks every type against their output).
+#pragma once
+#include <cstdint>
+
+#include "format/ggml_types.h"
+
+namespace hs {
+
+// Dequantize n elements (a whole number of blocks of `type`) from src into dst (f32).
+// Throws hs::Error for a type without a dequantizer, an n that is not a multiple of the block
+// size, or a ROCm scale byte outside 0x00..0x7E (UE4M3 NaN / sign bit: invalid per Lucebox).
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
+bool type_has_dequantizer(GgmlType type);
+
+// Quantize n elements (a whole number of blocks) of src into dst, which must hold
+// ggml_row_bytes(type, n) bytes. Reference (llama.cpp `quantize_row_*_ref`-style) quantizers:
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K, Q4_K, Q5_K, Q6_K, Q8_K.
+// Throws hs::Error for other types or a bad n.
+void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
+bool type_has_quantizer(GgmlType type);
+
+// DeepSeek's official FP4 expert layout -> GGUF MXFP4, losslessly. Source: n E2M1 codes packed
+// two per byte (element 2j in the LOW nibble, element 2j+1 in the high nibble, bit 3 = sign)
+// and n/32 E8M0 scale bytes (value = e2m1 * 2^(s-127)). MXFP4 stores the same codes and the
+// same scale byte, only with split-half nibble order (byte j = element j | element j+16 << 4).
+// dst must hold n/32 * 17 bytes. Throws hs::Error when n % 32 != 0 or a scale byte is 0xFF
+// (NaN in E8M0, but 2^127 in ggml's MXFP4: it cannot be carried over faithfully).
+void repack_fp4_to_mxfp4(const uint8_t* packed_e2m1, const uint8_t* e8m0_scales, void* dst_mxfp4,
+                         int64_t n);
+
+}  // namespace hs
