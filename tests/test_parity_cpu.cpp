@@ -138,3 +138,50 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ModelNumerics, ::testing::Values("tiny", "tin
                          });
 
 }  // namespace
+
+namespace {
+
+// Later tests compare split and unsplit runs bit for bit, so the CPU engine must give the
+// same bits whatever the thread count and however the layers are split into shards.
+TEST(Determinism, ThreadCountAndLayerSplitAreBitIdentical) {
+  const std::string dir = std::string(HS_TEST_DATA) + "/small-bf16";
+  test::Expected e = test::load_expected(dir);
+  EngineOptions one;
+  one.threads = 1;
+  Engine a(dir, one);
+  std::vector<float> ref = run(a, e, e.chunk_sizes);
+  EngineOptions three;
+  three.threads = 3;
+  Engine b(dir, three);
+  EXPECT_EQ(run(b, e, e.chunk_sizes), ref);
+  for (const std::vector<int>& split : {std::vector<int>{4, 4}, std::vector<int>{1, 6, 1}}) {
+    EngineOptions o;
+    o.layer_split = split;
+    Engine s(dir, o);
+    EXPECT_EQ(s.n_shards(), static_cast<int>(split.size()));
+    EXPECT_EQ(run(s, e, e.chunk_sizes), ref);
+  }
+}
+
+// A reset sequence is indistinguishable from a new one: A, then B, then A again on the
+// same sequence object gives A's logits both times.
+TEST(SequenceReset, ReusedSequenceForgetsThePreviousRequest) {
+  const std::string dir = std::string(HS_TEST_DATA) + "/tiny";
+  test::Expected e = test::load_expected(dir);
+  Engine eng(dir, EngineOptions{});
+  auto seq = eng.new_sequence();
+  auto go = [&](const std::vector<int32_t>& toks) {
+    std::vector<float> out(toks.size() * static_cast<size_t>(e.vocab));
+    eng.step(*seq, toks.data(), static_cast<int64_t>(toks.size()), out.data());
+    return out;
+  };
+  std::vector<int32_t> A(e.tokens.begin(), e.tokens.begin() + 40), B(e.tokens.rbegin(), e.tokens.rbegin() + 33);
+  auto a1 = go(A);
+  seq->reset();
+  go(B);
+  seq->reset();
+  EXPECT_EQ(go(A), a1);
+  EXPECT_EQ(seq->n_past(), 40);
+}
+
+}  // namespace

@@ -1,4 +1,5 @@
 // `hyperstream logits MODEL --tokens FILE --out FILE.npy [--chunks SPEC]`: the parity tool.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -54,6 +55,7 @@ int cmd_logits(const Args& args) {
       {"numerics", true, "reference (f32, default) or model (bf16 activations, QAT round trips)", "MODE"},
       {"threads", true, "CPU threads (default: all cores)", "N"},
       {"layer-split", true, "layers per shard, e.g. 3,3 (default: one shard)", "N,N,..."},
+      {"top", true, "also print the K most likely next tokens after the last position", "K"},
   };
   ParsedArgs a("logits", args, specs);
   if (a.help()) {
@@ -95,6 +97,16 @@ int cmd_logits(const Args& args) {
   std::fprintf(stderr, "logits: %lld tokens in %zu chunk(s), %.3f s (%.1f tok/s) -> %s [%lld x %lld]\n",
                static_cast<long long>(T), chunks.size(), secs, static_cast<double>(T) / secs, a.get("out")->c_str(),
                static_cast<long long>(T), static_cast<long long>(V));
+  if (const long long k = a.get_int("top", 0); k > 0) {
+    const float* last = logits.data() + (T - 1) * V;
+    std::vector<int64_t> idx(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = i;
+    const int64_t kk = std::min<int64_t>(k, V);
+    std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(), [&](int64_t x, int64_t y) { return last[x] > last[y]; });
+    std::printf("top %lld next tokens after position %lld:\n", static_cast<long long>(kk), static_cast<long long>(T - 1));
+    for (int64_t i = 0; i < kk; ++i)
+      std::printf("  token %6lld  logit %9.4f\n", static_cast<long long>(idx[static_cast<size_t>(i)]), last[idx[static_cast<size_t>(i)]]);
+  }
   return 0;
 }
 
