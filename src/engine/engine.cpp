@@ -11,9 +11,11 @@ void Sequence::reset() {
   for (auto& s : shards) s->reset();
 }
 
-Engine::Engine(const std::string& model_path, const EngineOptions& opts) {
+Engine::Engine(const std::string& model_path, const EngineOptions& opts)
+    : Engine(ModelSource::open(model_path), opts) {}
+
+Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) : source_(std::move(source)) {
   HS_CHECK(opts.device == "cpu", "device '", opts.device, "' is not available in this build (use --device cpu)");
-  source_ = ModelSource::open(model_path);
   config_ = source_->config();
   if (opts.numerics == Numerics::Model) {
     bool has_csa = false;
@@ -47,7 +49,7 @@ std::unique_ptr<Sequence> Engine::new_sequence() const {
   return s;
 }
 
-void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits) {
+void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions) {
   HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
            shards_.size(), " shards");
   HS_CHECK(n > 0, "step needs at least one token");
@@ -58,7 +60,12 @@ void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits
   std::vector<float> X(static_cast<size_t>(n * config_.hc_mult * config_.dim));
   shards_.front()->embed(tokens, n, X.data());
   for (size_t i = 0; i < shards_.size(); ++i) shards_[i]->forward(*seq.shards[i], tokens, n, X.data());
-  shards_.back()->logits(X.data(), n, logits);
+  if (all_positions) {
+    shards_.back()->logits(X.data(), n, logits);
+  } else {
+    const int64_t per = config_.hc_mult * config_.dim;
+    shards_.back()->logits(X.data() + (n - 1) * per, 1, logits);
+  }
 }
 
 std::vector<int64_t> parse_chunk_spec(const std::string& spec, int64_t total) {

@@ -29,14 +29,17 @@ struct Sequence {
 class Engine {
  public:
   Engine(const std::string& model_path, const EngineOptions& opts);
+  // From a source already open (e.g. an in-memory synthetic model).
+  Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts);
   const ModelConfig& config() const { return config_; }
   const ModelSource& source() const { return *source_; }
   int n_shards() const { return static_cast<int>(shards_.size()); }
 
   std::unique_ptr<Sequence> new_sequence() const;
   Shard& shard(int i) { return *shards_.at(static_cast<size_t>(i)); }
-  // Processes n tokens (a prefill chunk or one decode token) and writes logits [n, vocab].
-  void step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits);
+  // Processes n tokens (a prefill chunk or one decode token) and writes logits [n, vocab],
+  // or only the last position's [vocab] when all_positions is false (serving).
+  void step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions = true);
 
  private:
   std::unique_ptr<ModelSource> source_;

@@ -1,0 +1,223 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "util/error.h"
+#include "util/log.h"
+
+namespace hs {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::Error: return "error";
+  }
+  return "?";
+}
+
+struct Scheduler::Slot {
+  std::unique_ptr<Sequence> seq;  // allocated once; reset before every reuse
+  bool busy = false;
+  uint64_t id = 0;
+  GenerationRequest req;
+  std::unique_ptr<Sampler> sampler;
+  size_t prompt_done = 0;
+  int generated = 0;
+  int32_t last = -1;
+  std::vector<float> logits;
+};
+
+Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(engine), opts_(opts) {
+  HS_CHECK(opts_.max_seqs >= 1, "--max-seqs must be at least 1, got ", opts_.max_seqs);
+  HS_CHECK(opts_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, got ", opts_.prefill_chunk);
+  HS_CHECK(opts_.ctx_size >= 2, "--ctx-size must be at least 2, got ", opts_.ctx_size);
+  for (int i = 0; i < opts_.max_seqs; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->seq = engine_.new_sequence();
+    s->logits.resize(static_cast<size_t>(engine_.config().vocab_size));
+    slots_.push_back(std::move(s));
+  }
+  stats_.max_seqs = opts_.max_seqs;
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown(false); }
+
+uint64_t Scheduler::submit(GenerationRequest req) {
+  HS_CHECK(!req.prompt.empty(), "the prompt is empty");
+  HS_CHECK(req.max_tokens >= 1, "max_tokens must be at least 1, got ", req.max_tokens);
+  const int64_t V = engine_.config().vocab_size;
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    HS_CHECK(req.prompt[i] >= 0 && req.prompt[i] < V, "prompt token #", i, " = ", req.prompt[i],
+             " is outside the vocabulary [0, ", V, ")");
+  const int64_t need = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
+  HS_CHECK(need <= opts_.ctx_size, "the prompt has ", req.prompt.size(), " tokens and max_tokens is ", req.max_tokens,
+           ": ", need, " tokens do not fit the context size of ", opts_.ctx_size);
+  std::lock_guard<std::mutex> lk(mu_);
+  HS_CHECK(!draining_ && !stop_, "the server is shutting down");
+  const uint64_t id = next_id_++;
+  queue_.emplace_back(id, std::move(req));
+  stats_.requests_total++;
+  stats_.queue_depth = static_cast<int64_t>(queue_.size());
+  cv_.notify_all();
+  return id;
+}
+
+void Scheduler::cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lk(mu_);
+  cancelled_.push_back(id);
+  cv_.notify_all();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+void Scheduler::shutdown(bool finish) {
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    if (stop_ && !thread_.joinable()) return;
+    draining_ = true;
+    if (!finish) {
+      for (auto& [id, r] : queue_) cancelled_.push_back(id);
+      for (auto& s : slots_)
+        if (s->busy) cancelled_.push_back(s->id);
+    }
+    cv_.notify_all();
+    cv_.wait(lk, [&] {
+      return queue_.empty() && std::none_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->busy; });
+    });
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    std::vector<std::pair<uint64_t, GenerationRequest>> cancelled_queued;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] {
+        return stop_ || !queue_.empty() || !cancelled_.empty() ||
+               std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->busy; });
+      });
+      if (stop_) return;
+      // Requests cancelled while still queued end here, without a slot.
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (std::find(cancelled_.begin(), cancelled_.end(), it->first) != cancelled_.end()) {
+          cancelled_queued.push_back(std::move(*it));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      // Admit queued requests into free slots; a slot's state is zeroed before reuse.
+      for (auto& s : slots_) {
+        if (s->busy || queue_.empty()) continue;
+        auto [id, req] = std::move(queue_.front());
+        queue_.pop_front();
+        s->busy = true;
+        s->id = id;
+        s->req = std::move(req);
+        s->seq->reset();
+        s->sampler = std::make_unique<Sampler>(s->req.sampling);
+        s->prompt_done = 0;
+        s->generated = 0;
+        s->last = -1;
+        stats_.requests_active++;
+        stats_.prompt_tokens_total += static_cast<int64_t>(s->req.prompt.size());
+      }
+      stats_.queue_depth = static_cast<int64_t>(queue_.size());
+      // Forget cancellations of requests that are no longer anywhere (already finished).
+      std::erase_if(cancelled_, [&](uint64_t id) {
+        return std::none_of(slots_.begin(), slots_.end(), [&](const auto& s) { return s->busy && s->id == id; }) &&
+               std::none_of(queue_.begin(), queue_.end(), [&](const auto& q) { return q.first == id; });
+      });
+    }
+    for (auto& [id, req] : cancelled_queued)
+      if (req.on_done) req.on_done(FinishReason::Cancelled, "");
+    step_once();
+    std::lock_guard<std::mutex> lk(mu_);
+    cv_.notify_all();  // shutdown() waits on progress
+  }
+}
+
+void Scheduler::step_once() {
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    bool cancelled = false;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!s.busy) continue;
+      auto it = std::find(cancelled_.begin(), cancelled_.end(), s.id);
+      if (it != cancelled_.end()) {
+        cancelled_.erase(it);
+        cancelled = true;
+      }
+    }
+    auto finish = [&](FinishReason r, const std::string& err) {
+      GenerationRequest req = std::move(s.req);
+      s.sampler.reset();
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        s.busy = false;
+        stats_.requests_active--;
+      }
+      if (req.on_done) req.on_done(r, err);
+    };
+    if (cancelled) {
+      finish(FinishReason::Cancelled, "");
+      continue;
+    }
+    try {
+      const auto t0 = std::chrono::steady_clock::now();
+      const bool prefill = s.prompt_done < s.req.prompt.size();
+      int64_t n = 1;
+      if (prefill) {
+        n = std::min<int64_t>(opts_.prefill_chunk, static_cast<int64_t>(s.req.prompt.size() - s.prompt_done));
+        engine_.step(*s.seq, s.req.prompt.data() + s.prompt_done, n, s.logits.data(), false);
+        s.prompt_done += static_cast<size_t>(n);
+      } else {
+        engine_.step(*s.seq, &s.last, 1, s.logits.data(), false);
+      }
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        (prefill ? stats_.prefill_seconds : stats_.decode_seconds) += secs;
+        (prefill ? stats_.prefill_tokens : stats_.decode_tokens) += n;
+        size_t bytes = 0;
+        for (const auto& o : slots_)
+          if (o->busy)
+            for (const auto& st : o->seq->shards) bytes += st->bytes();
+        stats_.state_bytes = bytes;
+      }
+      if (s.prompt_done < s.req.prompt.size()) continue;  // more prompt chunks to go
+      SampleResult r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size);
+      if (s.req.forced_token) {
+        r.token = s.req.forced_token(s.generated);
+        r.top.clear();
+      }
+      s.sampler->accept(r.token);
+      s.last = r.token;
+      s.generated++;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        stats_.generated_tokens_total++;
+      }
+      const bool go_on = !s.req.on_token || s.req.on_token(r);
+      const bool is_stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), r.token) != s.req.stop_tokens.end();
+      if (!go_on || is_stop) finish(FinishReason::Stop, "");
+      else if (s.generated >= s.req.max_tokens) finish(FinishReason::Length, "");
+    } catch (const std::exception& e) {
+      log_warn("request ", s.id, " failed: ", e.what());
+      finish(FinishReason::Error, e.what());
+    }
+  }
+}
+
+}  // namespace hs

@@ -1,0 +1,87 @@
+// Continuous batching over an Engine: up to max_seqs sequences in flight; each step gives
+// every decoding sequence one token and every prefilling one a chunk of at most
+// prefill_chunk tokens, so a long prompt never stalls the others. Sequence slots are reset
+// (zeroed) before reuse. Requests talk to the scheduler through callbacks, called on the
+// scheduler thread; a callback returning false (or cancel()) ends the request within one step.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+
+namespace hs {
+
+enum class FinishReason { Stop, Length, Cancelled, Error };
+const char* finish_reason_name(FinishReason r);
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  int max_tokens = 256;
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these (e.g. EOS)
+  // Called for each generated token; return false to stop (e.g. a stop string matched, or
+  // the client went away). Runs on the scheduler thread: keep it short.
+  std::function<bool(const SampleResult&)> on_token;
+  // Called exactly once at the end.
+  std::function<void(FinishReason, const std::string& error)> on_done;
+  // Test-only hook: when set, replaces sampling (the tool-call tests force model output).
+  std::function<int32_t(int64_t step)> forced_token;
+};
+
+struct SchedulerOptions {
+  int max_seqs = 4;
+  int prefill_chunk = 256;
+  int64_t ctx_size = 4096;          // prompt + max_tokens must fit
+};
+
+struct SchedulerStats {
+  int64_t requests_total = 0, requests_active = 0, queue_depth = 0;
+  int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
+  double prefill_seconds = 0, decode_seconds = 0;  // time spent in each kind of step
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  size_t state_bytes = 0;                           // SequenceState memory of live slots
+  int max_seqs = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Engine& engine, const SchedulerOptions& opts);
+  ~Scheduler();  // stops the loop; in-flight requests finish as Cancelled
+
+  // Checks the request (non-empty prompt, ids in the vocabulary, prompt + max_tokens <=
+  // ctx_size) and queues it. Throws hs::Error with the numbers when it cannot be admitted.
+  uint64_t submit(GenerationRequest req);
+  void cancel(uint64_t id);
+  SchedulerStats stats() const;
+  const SchedulerOptions& options() const { return opts_; }
+  // Stops taking requests; with finish=true waits for the running ones, else cancels them.
+  void shutdown(bool finish);
+
+ private:
+  struct Slot;
+  void loop();
+  void step_once();
+
+  Engine& engine_;
+  SchedulerOptions opts_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<uint64_t, GenerationRequest>> queue_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<uint64_t> cancelled_;
+  SchedulerStats stats_;
+  uint64_t next_id_ = 1;
+  bool stop_ = false, draining_ = false;
+  std::thread thread_;
+};
+
+}  // namespace hs
