@@ -1,0 +1,240 @@
+// DeepSeek's encode_messages() (encoding_dsv4.py shipped with V4-Flash), step by step:
+// merge tool results into user turns, reorder them by call order, drop old reasoning, then
+// render each message and the transition after it. Quirks are kept on purpose, since the
+// model was trained on exactly this text (see docs/chat-format.md §2-§5).
+#include <algorithm>
+
+#include "tokenizer/chat_messages.h"
+#include "tokenizer/chat_tokens.h"
+#include "util/error.h"
+
+namespace hs::chat_detail {
+namespace {
+
+bool is_user_like(const Msg& m) { return m.role == "user" || m.role == "developer"; }
+
+// merge_tool_messages(): a tool message becomes a tool_result block of the user turn before
+// it (or of a new one); a user message joins a preceding user turn unless that has a task.
+std::vector<Msg> merge_tool_messages(std::vector<Msg> msgs) {
+  std::vector<Msg> merged;
+  for (Msg& m : msgs) {
+    const bool prev_user = !merged.empty() && merged.back().role == "user";
+    if (m.role == "tool") {
+      Block b{true, std::move(m.content), std::move(m.tool_call_id)};
+      if (prev_user) {
+        merged.back().blocks.push_back(std::move(b));
+      } else {
+        Msg u;
+        u.role = "user";
+        u.blocks.push_back(std::move(b));
+        merged.push_back(std::move(u));
+      }
+    } else if (m.role == "user") {
+      Block b{false, m.content, {}};
+      if (prev_user && !merged.back().task) {
+        merged.back().blocks.push_back(std::move(b));  // (this message's task is lost, as upstream)
+      } else {
+        m.blocks.push_back(std::move(b));
+        m.tools = nullptr;  // upstream rebuilds user messages without their other fields
+        m.response_format = nullptr;
+        merged.push_back(std::move(m));
+      }
+    } else {
+      merged.push_back(std::move(m));
+    }
+  }
+  return merged;
+}
+
+// sort_tool_results_by_call_order(): results of a user turn follow the order of the calls of
+// the last assistant message with calls; unknown ids sort as position 0; text stays put.
+void sort_tool_results(std::vector<Msg>& msgs) {
+  std::vector<std::pair<std::string, size_t>> order;  // id -> position (later duplicates win)
+  auto position = [&order](const std::string& id) -> size_t {
+    size_t pos = 0;
+    for (const auto& [k, v] : order)
+      if (k == id) pos = v;
+    return pos;
+  };
+  for (Msg& m : msgs) {
+    if (m.role == "assistant" && !m.tool_calls.empty()) {
+      order.clear();
+      for (size_t i = 0; i < m.tool_calls.size(); ++i)
+        if (!m.tool_calls[i].id.empty()) order.emplace_back(m.tool_calls[i].id, i);
+    } else if (m.role == "user") {
+      std::vector<Block> results;
+      for (const Block& b : m.blocks)
+        if (b.is_tool_result) results.push_back(b);
+      if (results.size() <= 1 || order.empty()) continue;
+      std::stable_sort(results.begin(), results.end(), [&](const Block& a, const Block& b) {
+        return position(a.tool_use_id) < position(b.tool_use_id);
+      });
+      size_t next = 0;
+      for (Block& b : m.blocks)
+        if (b.is_tool_result) b = results[next++];
+    }
+  }
+}
+
+int last_user_index(const std::vector<Msg>& msgs) {
+  for (size_t i = msgs.size(); i-- > 0;)
+    if (is_user_like(msgs[i])) return static_cast<int>(i);
+  return -1;
+}
+
+// _drop_thinking_messages(): before the last user turn, assistants lose their reasoning and
+// developer messages disappear.
+std::vector<Msg> drop_thinking_messages(const std::vector<Msg>& msgs) {
+  const int last_user = last_user_index(msgs);
+  std::vector<Msg> out;
+  for (size_t i = 0; i < msgs.size(); ++i) {
+    const Msg& m = msgs[i];
+    const bool keep_role = m.role == "user" || m.role == "system" || m.role == "latest_reminder";
+    if (keep_role || static_cast<int>(i) >= last_user) {
+      out.push_back(m);
+    } else if (m.role == "assistant") {
+      out.push_back(m);
+      out.back().reasoning.clear();
+    }
+  }
+  return out;
+}
+
+std::string_view effort_text(const ChatOptions& opts) {
+  const auto& e = opts.reasoning_effort;
+  if (opts.variant == ChatVariant::v4) {
+    HS_CHECK(!e || *e == "high" || *e == "max", "reasoning_effort: the v4 encoder accepts high or max, got '",
+             *e, "'");
+    return e && *e == "max" ? ds4::kEffortAbsoluteMax : std::string_view();
+  }
+  HS_CHECK(!e || *e == "low" || *e == "high" || *e == "max",
+           "reasoning_effort: the v4-0731 encoder accepts low, high or max, got '", *e, "'");
+  if (e && *e == "high") return ds4::kEffortAbsoluteMax;
+  if (e && *e == "max") return ds4::kEffortBeyondMax;
+  return {};
+}
+
+std::string render_tools(const ojson& functions) {
+  std::string out(ds4::kToolsBlockPrefix);
+  for (size_t i = 0; i < functions.size(); ++i) {
+    if (i) out += '\n';
+    py_json_dump_to(out, functions[i]);
+  }
+  out += ds4::kToolsBlockSuffix;
+  return out;
+}
+
+// The "\n\n"-separated tools and response-format sections of a system/developer message.
+void append_system_extras(std::string& out, const Msg& m) {
+  if (!m.tools.is_null()) out += "\n\n" + render_tools(m.tools);
+  if (!m.response_format.is_null()) {
+    out += "\n\n";
+    out += ds4::kResponseFormatPrefix;
+    py_json_dump_to(out, m.response_format);
+  }
+}
+
+struct Rendered {
+  std::string body;
+  std::string transition;  // what follows the message when the model speaks next
+};
+
+Rendered render_message(size_t index, const std::vector<Msg>& msgs, const ChatOptions& opts, bool drop_thinking,
+                        int last_user) {
+  const Msg& m = msgs[index];
+  const bool thinking = opts.thinking_mode == ThinkingMode::thinking;
+  Rendered r;
+  std::string& p = r.body;
+  if (index == 0 && thinking) p += effort_text(opts);
+
+  if (m.role == "system") {
+    p += m.content;
+    append_system_extras(p, m);
+  } else if (m.role == "developer") {
+    p += ds4::kUser;
+    p += m.content;
+    append_system_extras(p, m);
+  } else if (m.role == "user") {
+    p += ds4::kUser;
+    for (size_t k = 0; k < m.blocks.size(); ++k) {
+      if (k) p += "\n\n";
+      const Block& b = m.blocks[k];
+      if (b.is_tool_result) p += std::string(ds4::kToolResultOpen) + b.text + std::string(ds4::kToolResultClose);
+      else p += b.text;
+    }
+  } else if (m.role == "latest_reminder") {
+    p += ds4::kLatestReminder;
+    p += m.content;
+  } else if (m.role == "assistant") {
+    // After a task message the assistant turn is the task's answer: never a reasoning part.
+    const bool prev_task = index > 0 && msgs[index - 1].task.has_value();
+    if (thinking && !prev_task && (!drop_thinking || static_cast<int>(index) > last_user)) {
+      p += m.reasoning;
+      p += ds4::kThinkEnd;
+    }
+    p += m.content;
+    std::vector<DsmlCall> calls;
+    for (const auto& tc : m.tool_calls) calls.push_back(tc.call);
+    p += render_dsml_block(calls);
+    if (!m.wo_eos) p += ds4::kEos;
+  } else {
+    fail("messages: role '", m.role, "' cannot be rendered");
+  }
+
+  // The transition is written only where the model speaks next: at the end, or before an
+  // assistant / latest_reminder message.
+  if (index + 1 < msgs.size() && msgs[index + 1].role != "assistant" && msgs[index + 1].role != "latest_reminder")
+    return r;
+  std::string& t = r.transition;
+  if (m.task) {
+    std::string_view token;
+    for (const auto& tt : ds4::kTaskTokens)
+      if (tt.task == *m.task) token = tt.token;
+    if (*m.task == "action") {
+      t += ds4::kAssistant;
+      t += thinking ? ds4::kThinkStart : ds4::kThinkEnd;
+    }
+    t += token;
+  } else if (is_user_like(m)) {
+    t += ds4::kAssistant;
+    const bool open = thinking && (!drop_thinking || static_cast<int>(index) >= last_user);
+    t += open ? ds4::kThinkStart : ds4::kThinkEnd;
+  }
+  return r;
+}
+
+}  // namespace
+
+ChatPrompt render_messages(std::vector<Msg> context, std::vector<Msg> messages, const ChatOptions& opts) {
+  effort_text(opts);  // validate even when nothing gets rendered in thinking mode
+  context = merge_tool_messages(std::move(context));
+  messages = merge_tool_messages(std::move(messages));
+  std::vector<Msg> full = context;
+  full.insert(full.end(), messages.begin(), messages.end());
+  sort_tool_results(full);  // the order of calls carries over from the context
+
+  ChatPrompt out;
+  if (opts.add_bos && context.empty()) out.text = ds4::kBos;
+
+  bool drop = opts.drop_thinking;
+  for (const Msg& m : full) drop = drop && m.tools.is_null();  // tools anywhere: keep reasoning
+
+  size_t first = context.size();
+  if (opts.thinking_mode == ThinkingMode::thinking && drop) {
+    // As upstream: the new messages are those beyond the length the context has after its
+    // own dropping (a developer message ending the context can shift this by one; kept).
+    full = drop_thinking_messages(full);
+    first = std::min(drop_thinking_messages(context).size(), full.size());
+  }
+  const int last_user = last_user_index(full);
+  for (size_t i = first; i < full.size(); ++i) {
+    Rendered r = render_message(i, full, opts, drop, last_user);
+    out.text += r.body;
+    out.text += r.transition;
+    out.generation_prefix = r.transition;
+  }
+  out.starts_in_reasoning = out.generation_prefix == assistant_prefix(ThinkingMode::thinking);
+  return out;
+}
+
+}  // namespace hs::chat_detail
