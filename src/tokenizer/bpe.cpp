@@ -1,0 +1,244 @@
+// Encoding, decoding and the BPE merge loop of hs::Tokenizer (loading: tokenizer_load.cpp).
+#include "tokenizer/bpe.h"
+
+#include <algorithm>
+#include <functional>
+#include <mutex>
+
+#include "tokenizer/byte_unicode.h"
+#include "util/error.h"
+
+namespace hs {
+namespace {
+
+constexpr size_t kCacheMaxPiece = 64;       // longer pieces are rare and cheap to redo
+constexpr size_t kCacheMaxEntries = 1 << 17;  // bounded: cleared when full
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
+uint64_t pair_key(int32_t a, int32_t b) { return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b); }
+
+}  // namespace
+
+// Results of BPE for short pieces, shared by all callers of one Tokenizer.
+struct Tokenizer::BpeCache {
+  std::mutex mu;
+  std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
+};
+
+// Scratch of one encode call: nothing here outlives the call or is shared between threads.
+struct Tokenizer::EncodeState {
+  struct Sym {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+  };
+  struct Candidate {
+    int32_t rank;
+    int32_t pos;  // index of the left symbol: smaller is further left
+    int32_t left, right, merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  PreTokenizer::Scratch scratch;
+  std::vector<PreTokenizer::Piece> pieces;
+  std::vector<Sym> syms;
+  std::vector<Candidate> heap;
+  std::vector<int32_t> ids;
+};
+
+Tokenizer::Tokenizer(std::vector<std::string> patterns)
+    : pretok_(std::move(patterns)), cache_(std::make_unique<BpeCache>()) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> out;
+  encode_append(text, out, true);
+  return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_plain(std::string_view text) const {
+  std::vector<int32_t> out;
+  encode_append(text, out, false);
+  return out;
+}
+
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens) const {
+  EncodeState st;
+  if (!match_added_tokens) {
+    encode_span(text, st, out);
+    return;
+  }
+  // HF cuts the non-normalized added tokens first, then the normalized ones out of what is left.
+  auto second_pass = [&](std::string_view span) {
+    size_t pos = 0;
+    AddedTokenMatcher::Match m;
+    while (added_second_.find(span, pos, m)) {
+      encode_span(span.substr(pos, m.begin - pos), st, out);
+      out.push_back(m.id);
+      pos = m.begin + m.length;
+    }
+    encode_span(span.substr(pos), st, out);
+  };
+  size_t pos = 0;
+  AddedTokenMatcher::Match m;
+  while (added_first_.find(text, pos, m)) {
+    second_pass(text.substr(pos, m.begin - pos));
+    out.push_back(m.id);
+    pos = m.begin + m.length;
+  }
+  second_pass(text.substr(pos));
+}
+
+// Splits off runs of invalid UTF-8 (each encoded from raw bytes, see bpe.h) and pre-tokenizes
+// the valid stretches.
+void Tokenizer::encode_span(std::string_view span, EncodeState& st, std::vector<int32_t>& out) const {
+  size_t i = 0;
+  while (i < span.size()) {
+    const size_t valid = utf8::valid_prefix_length(span.substr(i));
+    if (valid > 0) {
+      encode_pieces(span.substr(i, valid), st, out);
+      i += valid;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < span.size() && utf8::valid_sequence_length(span.substr(j)) == 0) ++j;
+    bpe(span.substr(i, j - i), st, out);
+    i = j;
+  }
+}
+
+void Tokenizer::encode_pieces(std::string_view text, EncodeState& st, std::vector<int32_t>& out) const {
+  st.pieces.clear();
+  pretok_.split(text, st.scratch, st.pieces);
+  for (const auto& [b, e] : st.pieces) bpe(text.substr(b, e - b), st, out);
+}
+
+void Tokenizer::bpe(std::string_view piece, EncodeState& st, std::vector<int32_t>& out) const {
+  if (piece.size() == 1) {
+    out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
+    return;
+  }
+  if (piece.size() > kCacheMaxPiece) {
+    bpe_uncached(piece, st, out);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(cache_->mu);
+    auto it = cache_->map.find(piece);
+    if (it != cache_->map.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t start = out.size();
+  bpe_uncached(piece, st, out);
+  std::lock_guard<std::mutex> lock(cache_->mu);
+  if (cache_->map.size() >= kCacheMaxEntries) cache_->map.clear();
+  cache_->map.try_emplace(std::string(piece), out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
+}
+
+// One symbol per byte, then repeatedly merge the adjacent pair of lowest rank (leftmost on
+// ties). A min-heap of candidate pairs over a linked list of symbols makes this O(n log n);
+// a candidate whose symbols changed since it was pushed is skipped when popped.
+void Tokenizer::bpe_uncached(std::string_view piece, EncodeState& st, std::vector<int32_t>& out) const {
+  using Sym = EncodeState::Sym;
+  using Candidate = EncodeState::Candidate;
+  const int32_t n = static_cast<int32_t>(piece.size());
+  auto& syms = st.syms;
+  auto& heap = st.heap;
+  syms.resize(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i)
+    syms[static_cast<size_t>(i)] = Sym{byte_ids_[static_cast<uint8_t>(piece[static_cast<size_t>(i)])], i - 1,
+                                      i + 1 < n ? i + 1 : -1};
+  heap.clear();
+  const auto push = [&](int32_t i) {
+    const int32_t j = syms[static_cast<size_t>(i)].next;
+    if (j < 0) return;
+    const int32_t a = syms[static_cast<size_t>(i)].id, b = syms[static_cast<size_t>(j)].id;
+    auto it = merge_map_.find(pair_key(a, b));
+    if (it == merge_map_.end()) return;
+    heap.push_back(Candidate{it->second.rank, i, a, b, it->second.id});
+    std::push_heap(heap.begin(), heap.end(), std::greater<>{});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<>{});
+    const Candidate c = heap.back();
+    heap.pop_back();
+    Sym& left = syms[static_cast<size_t>(c.pos)];
+    if (left.id != c.left || left.next < 0) continue;
+    Sym& right = syms[static_cast<size_t>(left.next)];
+    if (right.id != c.right) continue;
+    left.id = c.merged;
+    right.id = -1;  // dead
+    left.next = right.next;
+    if (left.next >= 0) syms[static_cast<size_t>(left.next)].prev = c.pos;
+    if (left.prev >= 0) push(left.prev);
+    push(c.pos);
+  }
+  for (int32_t i = 0; i >= 0; i = syms[static_cast<size_t>(i)].next) out.push_back(syms[static_cast<size_t>(i)].id);
+}
+
+void Tokenizer::check_id(int32_t id) const {
+  HS_CHECK(id >= 0 && id < vocab_size(), "token id ", id, " is out of range [0, ", vocab_size(), ")");
+}
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  check_id(id);
+  const auto i = static_cast<size_t>(id);
+  return std::string_view(bytes_blob_).substr(bytes_off_[i], bytes_off_[i + 1] - bytes_off_[i]);
+}
+
+std::string Tokenizer::decode(std::span<const int32_t> ids) const {
+  std::string out;
+  out.reserve(ids.size() * 4);
+  for (int32_t id : ids) out += token_bytes(id);
+  return out;
+}
+
+StreamDecoder Tokenizer::stream_decoder() const { return StreamDecoder(*this); }
+
+int32_t Tokenizer::token_to_id(std::string_view token) const {
+  const std::string key(token);
+  if (auto it = added_ids_.find(key); it != added_ids_.end()) return it->second;
+  if (auto it = vocab_.find(key); it != vocab_.end()) return it->second;
+  return -1;
+}
+
+const std::string& Tokenizer::id_to_token(int32_t id) const {
+  check_id(id);
+  return tokens_[static_cast<size_t>(id)];
+}
+
+TokenType Tokenizer::token_type(int32_t id) const {
+  check_id(id);
+  return types_[static_cast<size_t>(id)];
+}
+
+bool Tokenizer::is_added(int32_t id) const {
+  const TokenType t = token_type(id);
+  return t == TokenType::Control || t == TokenType::UserDefined;
+}
+
+std::string StreamDecoder::push(int32_t id) {
+  pending_ += tok_->token_bytes(id);
+  const size_t keep = utf8::incomplete_tail(pending_);
+  std::string out;
+  utf8::append_sanitized(std::string_view(pending_).substr(0, pending_.size() - keep), out);
+  pending_.erase(0, pending_.size() - keep);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out;
+  utf8::append_sanitized(pending_, out);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace hs
