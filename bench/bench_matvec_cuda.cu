@@ -1,0 +1,281 @@
+// Batch-1 matvec bandwidth on the GPU, per weight type, at DeepSeek-V4-Flash shapes, against a
+// measured device-to-device copy. Not run by CI (it needs a GPU); see docs/performance.md.
+//
+//   bench_matvec_cuda [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants]
+//
+// --variants also times the batch-1 kernel with 1, 2 and 4 rows per warp (graph replay).
+//
+// Each configuration rotates over enough copies of the weight that their total is well above
+// the L2 size (so the reads come from HBM), is warmed up, and is timed with CUDA events over
+// `reps` repetitions of one pass over the copies; the median time per launch is reported, for
+// the pass replayed from a CUDA graph (GPU time, as a captured decode step sees it) and for
+// the same launches issued one by one from the host (adds host launch overhead).
+// Bytes per launch = weight data + scales + x + y. Copy bandwidth counts bytes read + written.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device_context.h"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace hc = hs::cuda;
+
+namespace {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// kind 0: random bytes; 1: e4m3 bytes without NaN; 2: e8m0 bytes in [lo, lo+span); 3: f32 in
+// [-1,1); 4: bf16 in [-1,1); 5: f16 in [-1,1) ; 6: f16 Q8_0 scales (small).
+__global__ void fill_kernel(uint8_t* p, int64_t n_bytes, uint64_t seed, int kind, int lo, int span) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint64_t h = mix64(seed * 0x100000001b3ull + static_cast<uint64_t>(i));
+    const float u = static_cast<float>(h >> 40) * 0x1p-24f * 2.0f - 1.0f;
+    switch (kind) {
+      case 0:
+      case 1:
+      case 2: {
+        if (i >= n_bytes) return;
+        uint8_t b = static_cast<uint8_t>(h);
+        if (kind == 1 && (b & 0x7f) == 0x7f) b ^= 1;
+        if (kind == 2) b = static_cast<uint8_t>(lo + static_cast<int>(h % static_cast<uint64_t>(span)));
+        p[i] = b;
+        break;
+      }
+      case 3:
+        if (i >= n_bytes / 4) return;
+        reinterpret_cast<float*>(p)[i] = u;
+        break;
+      case 4:
+        if (i >= n_bytes / 2) return;
+        reinterpret_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(__float_as_uint(u) >> 16);
+        break;
+      default:
+        if (i >= n_bytes / 2) return;
+        reinterpret_cast<__half*>(p)[i] = __float2half(kind == 6 ? u * 0.01f : u);
+        break;
+    }
+  }
+}
+
+void fill(hc::DeviceContext& ctx, void* p, int64_t bytes, uint64_t seed, int kind, int lo = 0, int span = 1) {
+  fill_kernel<<<4096, 256, 0, ctx.stream()>>>(static_cast<uint8_t*>(p), bytes, seed, kind, lo, span);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+struct Weight {
+  hc::DeviceBuffer data, scales;
+  hc::WeightView view;
+};
+
+Weight make_weight(hc::DeviceContext& ctx, hc::WType t, int64_t rows, int64_t cols, uint64_t seed) {
+  Weight w;
+  w.view.type = t;
+  w.view.rows = rows;
+  w.view.cols = cols;
+  w.data = ctx.alloc(static_cast<size_t>(w.view.data_bytes()));
+  const int64_t sb = w.view.scale_bytes();
+  if (sb > 0) w.scales = ctx.alloc(static_cast<size_t>(sb));
+  const int64_t db = w.view.data_bytes();
+  switch (t) {
+    case hc::WType::F32: fill(ctx, w.data.data(), db, seed, 3); break;
+    case hc::WType::BF16: fill(ctx, w.data.data(), db, seed, 4); break;
+    case hc::WType::F16: fill(ctx, w.data.data(), db, seed, 5); break;
+    case hc::WType::Q8_0:
+      fill(ctx, w.data.data(), db, seed, 0);
+      fill(ctx, w.scales.data(), sb, seed + 1, 6);
+      break;
+    case hc::WType::FP8_B128:
+      fill(ctx, w.data.data(), db, seed, 1);
+      fill(ctx, w.scales.data(), sb, seed + 1, 2, 118, 13);
+      break;
+    case hc::WType::MXFP4:
+      fill(ctx, w.data.data(), db, seed, 0);
+      fill(ctx, w.scales.data(), sb, seed + 1, 2, 110, 26);
+      break;
+  }
+  w.view.data = w.data.data();
+  w.view.scales = sb > 0 ? w.scales.data() : nullptr;
+  return w;
+}
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Timer {
+  cudaEvent_t a{}, b{};
+  Timer() {
+    HS_CUDA_CHECK(cudaEventCreate(&a));
+    HS_CUDA_CHECK(cudaEventCreate(&b));
+  }
+  ~Timer() {
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+};
+
+// Median milliseconds of fn() over reps (after `warm` untimed calls), timed on ctx's stream.
+template <typename F>
+float time_ms(hc::DeviceContext& ctx, int warm, int reps, F&& fn) {
+  Timer t;
+  for (int i = 0; i < warm; ++i) fn();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    HS_CUDA_CHECK(cudaEventRecord(t.a, ctx.stream()));
+    fn();
+    HS_CUDA_CHECK(cudaEventRecord(t.b, ctx.stream()));
+    HS_CUDA_CHECK(cudaEventSynchronize(t.b));
+    float x = 0;
+    HS_CUDA_CHECK(cudaEventElapsedTime(&x, t.a, t.b));
+    ms.push_back(x);
+  }
+  return median(ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 30, device = 0;
+  bool quick = false;
+  std::string only, shape_filter;
+  bool variants = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) shape_filter = argv[++i];
+    else if (!std::strcmp(argv[i], "--variants")) variants = true;
+    else {
+      std::fprintf(stderr, "usage: %s [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    if (hc::device_count() == 0) {
+      std::printf("no CUDA device: nothing to measure\n");
+      return 0;
+    }
+    hc::DeviceContext ctx(device);
+    hc::DeviceGuard guard(device);
+    std::printf("device: %s, L2 %d MiB\n", ctx.describe().c_str(), ctx.props().l2CacheSize >> 20);
+
+    // Copy bandwidth: 1 GiB device-to-device, bytes read + written.
+    const size_t cb = size_t{1} << 30;
+    hc::DeviceBuffer src = ctx.alloc(cb), dst = ctx.alloc(cb);
+    fill(ctx, src.data(), static_cast<int64_t>(cb), 1, 0);
+    const float copy_ms = time_ms(ctx, 3, reps, [&] { ctx.copy(dst.data(), src.data(), cb); });
+    const double copy_gbs = 2.0 * static_cast<double>(cb) / (copy_ms * 1e-3) / 1e9;
+    std::printf("device-to-device copy: %.1f GB/s (read + write, 1 GiB, median of %d)\n\n", copy_gbs, reps);
+    src.reset();
+    dst.reset();
+
+    struct Shape {
+      int64_t out, in;
+      const char* what;
+    };
+    const std::vector<Shape> shapes = {
+        {1024, 4096, "wq_a"},          {512, 4096, "wkv"},     {32768, 1024, "wq_b"},   {4096, 8192, "wo_b"},
+        {2048, 4096, "w1/w3 (expert)"}, {4096, 2048, "w2 (expert)"}, {256, 4096, "gate"}, {8192, 1024, "idx wq_b"},
+        {129280, 4096, "lm_head"},
+    };
+    const hc::WType types[] = {hc::WType::F32,  hc::WType::F16,      hc::WType::BF16,
+                               hc::WType::Q8_0, hc::WType::FP8_B128, hc::WType::MXFP4};
+    const size_t rotate_bytes = size_t{512} << 20;  // > 8x the L2
+    std::printf("| type | shape (out x in) | tensor | n | MB/launch | us/launch (graph) | GB/s | %% of copy |"
+                " us/launch (host launches) |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    uint64_t seed = 10;
+    std::vector<std::pair<std::string, std::vector<double>>> summary;
+    std::vector<std::string> variant_rows;
+    for (hc::WType t : types) {
+      if (!only.empty() && only != hc::wtype_name(t)) continue;
+      std::vector<double> pcts;
+      for (const Shape& s : shapes) {
+        if (quick && s.out > 40000) continue;
+        if (!shape_filter.empty() && shape_filter != s.what) continue;
+        hc::WeightView probe;
+        probe.type = t;
+        probe.rows = s.out;
+        probe.cols = s.in;
+        const size_t wbytes = static_cast<size_t>(probe.data_bytes() + probe.scale_bytes());
+        const int copies = static_cast<int>(std::clamp<size_t>((rotate_bytes + wbytes - 1) / wbytes, 1, 128));
+        std::vector<Weight> ws;
+        for (int c = 0; c < copies; ++c) ws.push_back(make_weight(ctx, t, s.out, s.in, ++seed));
+        const int nmax = 8;
+        hc::DeviceBuffer x = ctx.alloc(static_cast<size_t>(nmax * s.in) * 4), y = ctx.alloc(static_cast<size_t>(nmax * s.out) * 4);
+        fill(ctx, x.data(), nmax * s.in * 4, ++seed, 3);
+        for (int n : {1, 2, 4, 8}) {
+          if (n > 1 && (quick || s.out != 32768)) continue;  // multi-column scaling on one shape only
+          // rpw < 0: matmul (the default kernel); else matvec_variant with that many rows per warp.
+          auto pass_with = [&](int rpw) {
+            for (int c = 0; c < copies; ++c) {
+              const hc::WeightView& v = ws[static_cast<size_t>(c)].view;
+              if (rpw < 0) hc::matmul(ctx, v, x.as<float>(), n, y.as<float>());
+              else hc::matvec_variant(ctx, v, x.as<float>(), n, y.as<float>(), rpw);
+            }
+          };
+          // Replayed from a CUDA graph (what a captured decode step sees: no host launch
+          // overhead between kernels); per launch.
+          auto graph_per = [&](int rpw) {
+            pass_with(rpw);  // first use outside the capture (kernel attributes, occupancy cache)
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            HS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed));
+            pass_with(rpw);
+            HS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+            HS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+            const double per =
+                time_ms(ctx, 2, reps, [&] { HS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream())); }) / copies;
+            HS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+            HS_CUDA_CHECK(cudaGraphDestroy(graph));
+            return per;
+          };
+          const double stream_per = time_ms(ctx, 2, reps, [&] { pass_with(-1); }) / copies;
+          const double per = graph_per(-1);
+          if (variants && n == 1) {
+            char line[256];
+            std::snprintf(line, sizeof line, "| %s | %s | %.2f | %.2f | %.2f | %.2f |", hc::wtype_name(t), s.what, per * 1e3,
+                          graph_per(1) * 1e3, graph_per(2) * 1e3, graph_per(4) * 1e3);
+            variant_rows.emplace_back(line);
+          }
+          const double bytes = static_cast<double>(wbytes) + 4.0 * n * (s.in + s.out);
+          const double gbs = bytes / (per * 1e-3) / 1e9;
+          if (n == 1) pcts.push_back(100.0 * gbs / copy_gbs);
+          std::printf("| %s | %lldx%lld | %s | %d | %.2f | %.2f | %.0f | %.0f%% | %.2f |\n", hc::wtype_name(t),
+                      static_cast<long long>(s.out), static_cast<long long>(s.in), s.what, n, bytes / 1e6,
+                      per * 1e3, gbs, 100.0 * gbs / copy_gbs, stream_per * 1e3);
+          std::fflush(stdout);
+        }
+      }
+      summary.emplace_back(hc::wtype_name(t), pcts);
+    }
+    if (!variant_rows.empty()) {
+      std::printf("\nbatch-1 us/launch (graph) by rows per warp:\n\n| type | tensor | default | R=1 | R=2 | R=4 |\n"
+                  "|---|---|---|---|---|---|\n");
+      for (const auto& l : variant_rows) std::printf("%s\n", l.c_str());
+    }
+    std::printf("\nsummary (batch 1, %% of copy bandwidth over the shapes above): \n");
+    for (auto& [name, v] : summary) {
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      std::printf("  %-9s min %3.0f%%  median %3.0f%%  max %3.0f%%\n", name.c_str(), v.front(), v[v.size() / 2], v.back());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_matvec_cuda: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,219 @@
+#include "kernels/cuda/device_context.h"
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+
+#include <utility>
+
+namespace hs::cuda {
+
+void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line) {
+  throw Error(cat(file, ":", line, ": ", call, " failed: ", cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+}
+
+void throw_cublas_error(int status, const char* call, const char* file, int line) {
+  throw Error(cat(file, ":", line, ": ", call, " failed: cuBLAS status ", status, " (",
+                  cublasGetStatusString(static_cast<cublasStatus_t>(status)), ")"));
+}
+
+int device_count() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return 0;
+  }
+  return n;
+}
+
+DeviceGuard::DeviceGuard(int device) {
+  HS_CUDA_CHECK(cudaGetDevice(&prev_));
+  if (prev_ != device) {
+    HS_CUDA_CHECK(cudaSetDevice(device));
+    restore_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (restore_) (void)cudaSetDevice(prev_);  // a destructor must not throw
+}
+
+// ---- DeviceBuffer
+
+DeviceBuffer::DeviceBuffer(int device, size_t bytes) : device_(device), bytes_(bytes) {
+  if (bytes == 0) return;
+  DeviceGuard g(device);
+  HS_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() { reset(); }
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : device_(std::exchange(o.device_, -1)), ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = std::exchange(o.device_, -1);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void DeviceBuffer::reset() {
+  if (ptr_) {
+    int prev = -1;
+    const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
+    if (!have_prev || prev != device_) (void)cudaSetDevice(device_);
+    (void)cudaFree(ptr_);  // freed on its own device; no throw from destructors
+    if (have_prev && prev != device_) (void)cudaSetDevice(prev);
+  }
+  ptr_ = nullptr;
+  bytes_ = 0;
+}
+
+// ---- DeviceContext
+
+DeviceContext::DeviceContext(int device) : device_(device) {
+  const int n = device_count();
+  HS_CHECK(device >= 0 && device < n, "cuda:", device, " does not exist (", n, " CUDA device(s) visible)");
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+  HS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  try {
+    HS_CUBLAS_CHECK(cublasCreate(&cublas_));
+    HS_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // Plain FP32 for Sgemm (no TF32 unless someone opts in); bf16 GEMMs name their compute type.
+    HS_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
+    // A workspace of our own so cuBLAS never allocates behind the arena's back.
+    cublas_workspace_ = DeviceBuffer(device_, size_t{32} << 20);
+    HS_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_.data(), cublas_workspace_.bytes()));
+    HS_CUBLAS_CHECK(cublasLtCreate(&cublas_lt_));
+  } catch (...) {
+    if (cublas_lt_) cublasLtDestroy(cublas_lt_);
+    if (cublas_) cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+DeviceContext::~DeviceContext() {
+  int prev = -1;
+  const bool have_prev = cudaGetDevice(&prev) == cudaSuccess;
+  (void)cudaSetDevice(device_);
+  (void)cudaStreamSynchronize(stream_);
+  if (cublas_lt_) cublasLtDestroy(cublas_lt_);
+  if (cublas_) cublasDestroy(cublas_);
+  scratch_.reset();
+  cublas_workspace_.reset();
+  (void)cudaStreamDestroy(stream_);
+  if (have_prev) (void)cudaSetDevice(prev);
+}
+
+std::string DeviceContext::describe() const {
+  return cat("cuda:", device_, " ", props_.name, " (sm_", props_.major, props_.minor, ", ", props_.multiProcessorCount,
+             " SMs, ", static_cast<double>(props_.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0), " GiB)");
+}
+
+void DeviceContext::synchronize() const {
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+DeviceBuffer DeviceContext::alloc(size_t bytes) const { return DeviceBuffer(device_, bytes); }
+
+void DeviceContext::upload(void* dst, const void* src, size_t bytes) const {
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  HS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable source: keep it simple and safe
+}
+
+void DeviceContext::download(void* dst, const void* src, size_t bytes) const {
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  HS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void DeviceContext::copy(void* dst, const void* src, size_t bytes) const {
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+}
+
+void DeviceContext::fill_bytes(void* dst, int value, size_t bytes) const {
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, stream_));
+}
+
+DeviceContext::ScratchLease DeviceContext::scratch(size_t bytes) {
+  std::unique_lock<std::mutex> lk(scratch_mu_);
+  HS_CHECK(!(scratch_busy_ && scratch_owner_ == std::this_thread::get_id()),
+           "cuda:", device_, ": nested scratch lease from one thread (would deadlock)");
+  scratch_cv_.wait(lk, [&] { return !scratch_busy_; });
+  scratch_busy_ = true;
+  scratch_owner_ = std::this_thread::get_id();
+  try {
+    if (bytes > scratch_.bytes()) {
+      DeviceGuard g(device_);
+      // Earlier leases may still have work queued that reads the old block.
+      HS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      scratch_.reset();
+      const size_t grown = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);  // whole MiB
+      scratch_ = DeviceBuffer(device_, grown);
+    }
+  } catch (...) {
+    scratch_busy_ = false;
+    scratch_owner_ = {};
+    scratch_cv_.notify_one();
+    throw;
+  }
+  return ScratchLease(this, scratch_.data(), scratch_.bytes());
+}
+
+size_t DeviceContext::scratch_capacity() const {
+  std::lock_guard<std::mutex> lk(scratch_mu_);
+  return scratch_.bytes();
+}
+
+void DeviceContext::release_scratch() {
+  {
+    std::lock_guard<std::mutex> lk(scratch_mu_);
+    scratch_busy_ = false;
+    scratch_owner_ = {};
+  }
+  scratch_cv_.notify_one();
+}
+
+DeviceContext::ScratchLease::ScratchLease(ScratchLease&& o) noexcept
+    : ctx_(std::exchange(o.ctx_, nullptr)), ptr_(o.ptr_), bytes_(o.bytes_) {}
+
+DeviceContext::ScratchLease::~ScratchLease() {
+  if (ctx_) ctx_->release_scratch();
+}
+
+void DeviceContext::ensure_dynamic_smem(const void* func, size_t bytes) {
+  if (bytes <= 48 * 1024) return;
+  std::lock_guard<std::mutex> lk(attr_mu_);
+  auto it = smem_set_.find(func);
+  if (it != smem_set_.end() && it->second >= bytes) return;
+  HS_CHECK(bytes <= props_.sharedMemPerBlockOptin, "cuda:", device_, ": a kernel needs ", bytes,
+           " bytes of shared memory, the device allows ", props_.sharedMemPerBlockOptin);
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  smem_set_[func] = bytes;
+}
+
+int DeviceContext::blocks_per_sm(const void* func, int threads, size_t dynamic_smem) {
+  std::lock_guard<std::mutex> lk(attr_mu_);
+  const auto key = std::make_pair(func, std::make_pair(threads, dynamic_smem));
+  auto it = occupancy_.find(key);
+  if (it != occupancy_.end()) return it->second;
+  DeviceGuard g(device_);
+  int n = 0;
+  HS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, func, threads, dynamic_smem));
+  n = n < 1 ? 1 : n;
+  occupancy_[key] = n;
+  return n;
+}
+
+}  // namespace hs::cuda

@@ -1,0 +1,172 @@
+// One GPU as the CUDA backend sees it: its id, its own stream, cuBLAS/cuBLASLt handles and a
+// scratch arena, all owned by one DeviceContext (design.md §3: scratch belongs to the device,
+// with its own lock; no process-wide or thread_local state). Every public method pins the
+// device first (cudaSetDevice through a DeviceGuard that restores the caller's device), so a
+// context may be used from any thread, and several contexts may live in one process.
+#pragma once
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "util/error.h"
+
+struct cublasContext;
+typedef struct cublasContext* cublasHandle_t;
+struct cublasLtContext;
+typedef struct cublasLtContext* cublasLtHandle_t;
+
+namespace hs::cuda {
+
+// Throws hs::Error "file:line: call failed: <cuda error name>: <string>".
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* call, const char* file, int line);
+[[noreturn]] void throw_cublas_error(int status, const char* call, const char* file, int line);
+
+}  // namespace hs::cuda
+
+#define HS_CUDA_CHECK(call)                                                          \
+  do {                                                                               \
+    const cudaError_t hs_cuda_err_ = (call);                                         \
+    if (hs_cuda_err_ != cudaSuccess)                                                 \
+      ::hs::cuda::throw_cuda_error(hs_cuda_err_, #call, __FILE__, __LINE__);         \
+  } while (0)
+// After a kernel launch: the launch's own error (bad configuration, missing image).
+#define HS_CUDA_CHECK_LAUNCH() HS_CUDA_CHECK(cudaGetLastError())
+#define HS_CUBLAS_CHECK(call)                                                        \
+  do {                                                                               \
+    const int hs_cublas_st_ = static_cast<int>(call);                                \
+    if (hs_cublas_st_ != 0) ::hs::cuda::throw_cublas_error(hs_cublas_st_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+namespace hs::cuda {
+
+// Number of usable CUDA devices; 0 (never an exception) when there is no driver or no GPU.
+int device_count();
+
+// Pins `device` for the guard's lifetime and restores the previous current device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = -1;
+  bool restore_ = false;
+};
+
+class DeviceContext;
+
+// Owning device allocation, freed on the device it was allocated on. Movable, not copyable.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(int device, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  template <typename T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  int device() const { return device_; }
+  void reset();
+
+ private:
+  int device_ = -1;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class DeviceContext {
+ public:
+  explicit DeviceContext(int device);
+  ~DeviceContext();
+  DeviceContext(const DeviceContext&) = delete;
+  DeviceContext& operator=(const DeviceContext&) = delete;
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  cublasLtHandle_t cublas_lt() const { return cublas_lt_; }
+  const cudaDeviceProp& props() const { return props_; }
+  int sm_count() const { return props_.multiProcessorCount; }
+  std::string describe() const;  // "cuda:0 NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)"
+
+  void synchronize() const;
+
+  // Allocation and copies on this device and stream (copies are stream-ordered; the
+  // *_sync variants wait for the stream).
+  DeviceBuffer alloc(size_t bytes) const;
+  void upload(void* dst, const void* src, size_t bytes) const;
+  void download(void* dst, const void* src, size_t bytes) const;
+  void copy(void* dst, const void* src, size_t bytes) const;  // device to device
+  void fill_bytes(void* dst, int value, size_t bytes) const;
+
+  // Scratch arena. A lease gives exclusive use of at least `bytes` until it is destroyed;
+  // the arena grows to the largest request (waiting for the stream before it frees the old
+  // block). Work queued on stream() with the lease's memory stays valid after the lease
+  // ends, because the next user queues behind it on the same stream. Leases do not nest:
+  // asking again from the thread that holds one throws instead of deadlocking.
+  class ScratchLease {
+   public:
+    ScratchLease(ScratchLease&& o) noexcept;
+    ScratchLease& operator=(ScratchLease&&) = delete;
+    ScratchLease(const ScratchLease&) = delete;
+    ~ScratchLease();
+    void* data() const { return ptr_; }
+    template <typename T>
+    T* as(size_t byte_offset = 0) const {
+      return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);
+    }
+    size_t bytes() const { return bytes_; }
+
+   private:
+    friend class DeviceContext;
+    ScratchLease(DeviceContext* ctx, void* ptr, size_t bytes) : ctx_(ctx), ptr_(ptr), bytes_(bytes) {}
+    DeviceContext* ctx_;
+    void* ptr_;
+    size_t bytes_;
+  };
+  ScratchLease scratch(size_t bytes);
+  size_t scratch_capacity() const;
+
+  // Per-device kernel bookkeeping (the attributes are per device and function): raises a
+  // kernel's dynamic shared-memory limit once, and caches its occupancy for a block shape.
+  void ensure_dynamic_smem(const void* func, size_t bytes);
+  int blocks_per_sm(const void* func, int threads, size_t dynamic_smem);
+
+ private:
+  friend class ScratchLease;
+  void release_scratch();
+
+  int device_;
+  cudaDeviceProp props_{};
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublas_lt_ = nullptr;
+  DeviceBuffer cublas_workspace_;
+
+  // The arena is a one-holder resource: busy_/owner_ under scratch_mu_, waiters on scratch_cv_
+  // (a lease may end on another thread than the one that took it, which a plain mutex forbids).
+  mutable std::mutex scratch_mu_;
+  std::condition_variable scratch_cv_;
+  bool scratch_busy_ = false;
+  std::thread::id scratch_owner_{};
+  DeviceBuffer scratch_;
+
+  std::mutex attr_mu_;
+  std::map<const void*, size_t> smem_set_;
+  std::map<std::pair<const void*, std::pair<int, size_t>>, int> occupancy_;
+};
+
+}  // namespace hs::cuda

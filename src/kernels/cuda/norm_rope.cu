@@ -1,0 +1,125 @@
+// RMSNorm, interleaved RoPE and the small elementwise ops (add, scale, fill, clamped SwiGLU).
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace hs::cuda {
+
+using namespace detail;
+
+namespace {
+
+// One block per row; the sum of squares is reduced in a fixed order. y may alias x.
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y) {
+  __shared__ float red[32];
+  const float* xr = x + blockIdx.x * d;
+  float* yr = y + blockIdx.x * d;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    const float v = xr[i] * inv;
+    yr[i] = w ? w[i] * v : v;
+  }
+}
+
+// One thread per (token, head, pair).
+__global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
+                            const float* inv_freq, float sign) {
+  const int half = rope_dim / 2;
+  const int64_t total = n * heads * half;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int p = static_cast<int>(i % half);
+    const int64_t th = i / half;  // t * heads + h
+    const int64_t t = th / heads;
+    const float ang = static_cast<float>(pos[t]) * inv_freq[p];
+    float s, c;
+    sincosf(ang, &s, &c);
+    s *= sign;
+    float2* v = reinterpret_cast<float2*>(x + th * head_dim + (head_dim - rope_dim) + 2 * p);
+    const float2 a = *v;
+    *v = make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
+  }
+}
+
+__global__ void add_kernel(float* y, const float* x, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] += x[i];
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] *= s;
+}
+
+__global__ void fill_kernel(float* x, int64_t n, float v) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = v;
+}
+
+__global__ void swiglu_kernel(const float* g, const float* u, int64_t n, float limit, float* h) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float gg = fminf(g[i], limit);
+    const float uu = fminf(fmaxf(u[i], -limit), limit);
+    h[i] = gg / (1.0f + expf(-gg)) * uu;
+  }
+}
+
+}  // namespace
+
+void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y) {
+  if (rows <= 0) return;
+  HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
+  DeviceGuard g(ctx.device());
+  const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void rope(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
+          const float* inv_freq, int sign) {
+  if (n <= 0 || heads <= 0) return;
+  HS_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim && head_dim % 2 == 0,
+           "rope: bad rope_dim ", rope_dim, " for head_dim ", head_dim);
+  HS_CHECK(sign == 1 || sign == -1, "rope: sign must be +1 or -1");
+  DeviceGuard g(ctx.device());
+  const int64_t total = n * heads * (rope_dim / 2);
+  rope_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, inv_freq,
+                                                               static_cast<float>(sign));
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void add(DeviceContext& ctx, float* y, const float* x, int64_t n) {
+  if (n <= 0) return;
+  DeviceGuard g(ctx.device());
+  add_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(y, x, n);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void scale(DeviceContext& ctx, float* x, int64_t n, float s) {
+  if (n <= 0) return;
+  DeviceGuard g(ctx.device());
+  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void fill(DeviceContext& ctx, float* x, int64_t n, float v) {
+  if (n <= 0) return;
+  DeviceGuard g(ctx.device());
+  fill_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, v);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void swiglu_clamp(DeviceContext& ctx, const float* g, const float* u, int64_t n, float limit, float* h) {
+  if (n <= 0) return;
+  DeviceGuard guard(ctx.device());
+  swiglu_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(g, u, n, limit, h);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hs::cuda
