@@ -1,0 +1,99 @@
+// Synthetic DeepSeek-V4 models: the real architecture at the tiny-fixture, V4-Flash or V4-Pro
+// widths, with deterministic random weights made on demand (nothing on disk, nothing held), a
+// small byte-level BPE tokenizer with every DS4 special token, and a GGUF writer for them.
+// They serve `synth` (benchmark/loader files in the real shapes and quant mixes), the built-in
+// model `run`/`serve` use without MODEL, and tests.
+//
+// Weights follow shared/tools/gen_hf_fixtures.py `randomise()`: matrices N(0, 1/sqrt(in)),
+// norms N(1, 0.1), HC scale U(0.5, 1.5), HC base N(0, 0.5), sinks and the embedding N(0, 1),
+// router bias N(0, 0.1), tid2eid distinct random experts per token. "Normal" is Irwin-Hall(4)
+// (same mean and variance, tails cut at 3.46 sigma): one hash per value keeps Flash-sized
+// tensors fast to make. Values depend only on (seed, tensor name, element index).
+//
+// Quant mixes (values are dequantize(quantize(random)), so a GGUF of them is lossless):
+//   f32     everything F32
+//   q8      matrices and experts Q8_0
+//   mxfp4   experts MXFP4, matrices Q8_0
+//   q2      experts Q2_K, matrices Q8_0. antirez's q2 has IQ2_XXS gate/up experts; hyperstream
+//           has no IQ2_XXS quantizer, so all experts are Q2_K here.
+//   q4k     experts Q4_K, matrices Q8_0
+//   native  official-checkpoint-like: the official FP8 matrices (attention, shared experts,
+//           indexer q) on the e4m3 grid with 128x128 power-of-two block scales (reported
+//           F8_E4M3, written BF16, which holds them exactly); the other matrices and the norms
+//           BF16-rounded; experts FP4 e2m1 with per-32 E8M0 scales (reported F4_E2M1, written MXFP4).
+// HC projections and vectors stay F32 (norms BF16-exact in `native`), tid2eid I32. A row
+// whose length is not a whole number of the type's blocks (the tiny widths under Q2_K/Q4_K)
+// falls back like llama-quantize: Q2_K -> Q4_0 (IQ4_NL has no quantizer here), Q4_K -> Q5_0.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "format/ggml_types.h"
+#include "model/config.h"
+#include "model/source.h"
+#include "model/tensors.h"
+#include "tokenizer/bpe.h"
+
+namespace hs {
+
+namespace gguf {
+class Writer;
+}
+
+struct SyntheticSpec {
+  std::string preset = "tiny";  // tiny | flash | pro
+  int layers = -1;              // -1: the preset's count; else the schedule cut or extended
+  std::string quant = "f32";    // f32 | q8 | mxfp4 | q2 | q4k | native
+  uint64_t seed = 1;
+  int64_t vocab = -1;  // -1: tiny -> the synthetic tokenizer's size, flash/pro -> 129280
+};
+
+// The preset's config with the overrides applied (validated); throws hs::Error naming a bad
+// preset, layer count or vocabulary size.
+ModelConfig synthetic_config(const SyntheticSpec& spec);
+
+// How one tensor is stored in a quant mix: the GGUF type written, and the storage type the
+// in-memory source reports (equal except for `native`: "F8_E4M3", "F4_E2M1", "BF16").
+struct SyntheticStorage {
+  GgmlType gguf = GgmlType::F32;
+  std::string reported;
+};
+// Throws hs::Error on an unknown quant name (listing the valid ones).
+SyntheticStorage synthetic_storage(const TensorSpec& spec, const std::string& quant);
+
+// An in-memory ModelSource (format() "synthetic"); every read generates the tensor afresh.
+std::unique_ptr<ModelSource> make_synthetic_source(const SyntheticSpec& spec);
+
+// The synthetic tokenizer as a Hugging Face tokenizer.json. vocab_size <= 0: its natural size
+// (ids 0-2 BOS/EOS/pad, 256 byte tokens, the merges, then the added tokens). A larger size
+// pads with unused ids and puts the added tokens at their real V4 ids when it is >= 129280,
+// else at the top of the range. Throws hs::Error when vocab_size is below the natural size.
+std::string synthetic_tokenizer_json(int64_t vocab_size = 0);
+int64_t synthetic_tokenizer_size();  // the natural size
+// synthetic_tokenizer_json() loaded through Tokenizer::from_hf_json.
+Tokenizer make_synthetic_tokenizer(int64_t vocab_size = 0);
+
+// llama.cpp's deepseek-ai-DeepSeek-V4.jinja (src/model/data/README.md), written into GGUFs.
+std::string_view synthetic_chat_template();
+
+// Every GGUF key of a synthetic model: deepseek4.*, general.*, the tokenizer and the template.
+void write_synthetic_metadata(const SyntheticSpec& spec, gguf::Writer& w);
+
+// Called with (bytes of tensor data written, total bytes), often enough for a progress bar.
+using SyntheticProgress = std::function<void(uint64_t done, uint64_t total)>;
+// Writes the model as a llama.cpp-style GGUF with the mix's real GGUF types. Streams: memory
+// stays at a few bands of rows per thread whatever the preset. The file appears at `path`
+// only when complete (it is built as path + ".partial").
+void write_synthetic_gguf(const SyntheticSpec& spec, const std::string& path, const SyntheticProgress& progress = {});
+
+// The built-in model of `run`/`serve` without MODEL: tiny preset, f32, kBuiltinSeed, its
+// vocabulary exactly the synthetic tokenizer's.
+inline constexpr uint64_t kBuiltinSeed = 20260801;
+SyntheticSpec builtin_spec();
+std::unique_ptr<ModelSource> builtin_source();
+Tokenizer builtin_tokenizer();
+
+}  // namespace hs
