@@ -20,6 +20,13 @@ const std::vector<Command>& commands();
 // --- registered commands (keep in the order of commands.cpp)
 int cmd_inspect(const Args& args);
 int cmd_logits(const Args& args);
+int cmd_tokenize(const Args& args);
+int cmd_detokenize(const Args& args);
+int cmd_render(const Args& args);  int cmd_parse_completion(const Args& args);
+int cmd_convert(const Args& args);
+int cmd_synth(const Args& args);
+int cmd_serve(const Args& args);
+int cmd_run(const Args& args);
 // @@COMMAND-DECLARATIONS@@ (helpers: add `int cmd_x(const Args&);` above this line)
 
 }  // namespace hs::cli

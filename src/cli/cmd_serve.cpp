@@ -1,0 +1,131 @@
+// `hyperstream serve [MODEL]`: the OpenAI- and Anthropic-compatible HTTP server over the
+// continuous-batching scheduler (docs/server.md). Also defines the model options `run` shares.
+#include <algorithm>
+#include <cstdio>
+
+#include "cli/args.h"
+#include "cli/commands.h"
+#include "engine/scheduler.h"
+#include "server/http_server.h"
+#include "server/model_loader.h"
+#include "server/service.h"
+#include "server/signals.h"
+#include "util/error.h"
+
+namespace hs::cli {
+
+// The model options of `serve` and `run` (cmd_run.cpp declares these two).
+std::vector<OptionSpec> model_option_specs();
+server::ModelSpec model_spec_from(const ParsedArgs& a);
+SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engine, int default_max_seqs);
+
+std::vector<OptionSpec> model_option_specs() {
+  return {
+      {"tokenizer", true, "tokenizer: a GGUF, a tokenizer.json, or a directory holding one (default: the model's)", "PATH"},
+      {"model-name", true, "the model id clients send (default: the file or directory name; built-in: hyperstream-builtin)", "NAME"},
+      {"chat-variant", true, "reasoning-effort table: v4 or v4-0731 (default: v4-0731 when the name has 0731)", "V"},
+      {"ctx-size", true, "tokens per sequence, prompt + output (default: the model's, at most 4096)", "N"},
+      {"prefill-chunk", true, "prompt tokens per sequence per step (default 256)", "N"},
+      {"threads", true, "CPU threads of the engine (default: all cores)", "N"},
+      {"numerics", true, "reference (f32) or model (bf16 activations, QAT round trips; default for model files)", "MODE"},
+      {"device", true, "cpu (default)", "DEV"},
+  };
+}
+
+server::ModelSpec model_spec_from(const ParsedArgs& a) {
+  HS_CHECK(a.positionals().size() <= 1, "expected at most one MODEL argument, got ", a.positionals().size());
+  server::ModelSpec m;
+  if (!a.positionals().empty()) m.path = a.positionals()[0];
+  m.tokenizer = a.get("tokenizer");
+  m.name = a.get("model-name");
+  if (m.name) HS_CHECK(!m.name->empty(), "--model-name must not be empty");
+  m.variant = a.get("chat-variant");
+  m.engine.device = a.get_or("device", "cpu");
+  m.engine.threads = static_cast<int>(a.get_int("threads", 0));
+  HS_CHECK(m.engine.threads >= 0, "--threads must be at least 0");
+  m.engine.numerics = server::parse_numerics(a.get_or("numerics", m.path ? "model" : "reference"));
+  return m;
+}
+
+SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engine, int default_max_seqs) {
+  SchedulerOptions s;
+  const int64_t model_ctx = engine.config().max_position > 0 ? engine.config().max_position : 4096;
+  s.ctx_size = a.get_int("ctx-size", std::min<int64_t>(model_ctx, 4096));
+  HS_CHECK(s.ctx_size >= 2, "--ctx-size must be at least 2, got ", s.ctx_size);
+  s.max_seqs = static_cast<int>(a.get_int("max-seqs", default_max_seqs));
+  s.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 256));
+  return s;
+}
+
+int cmd_serve(const Args& args) {
+  // First, before any thread exists: SIGTERM/SIGINT arrive through a signalfd.
+  server::SignalWatcher signals;
+
+  std::vector<OptionSpec> specs = {
+      {"host", true, "address to listen on (default 127.0.0.1)", "ADDR"},
+      {"port", true, "port (default 8000; 0: any free port, printed at start)", "N"},
+      {"api-key", true, "require this key (Authorization: Bearer KEY or x-api-key: KEY) on the API", "KEY"},
+      {"cors", false, "allow cross-origin requests (Access-Control-Allow-Origin: *)"},
+      {"max-seqs", true, "sequences decoded together (default 8)", "N"},
+      {"http-threads", true, "HTTP worker threads; each open stream holds one (default: max(64, 4 x max-seqs))", "N"},
+      {"default-thinking", false, "thinking mode for requests that do not choose (default: chat mode)"},
+      {"shutdown-timeout", true, "seconds running requests get to finish on SIGTERM/SIGINT (default 30)", "S"},
+  };
+  for (auto& s : model_option_specs()) specs.push_back(s);
+  const size_t shown = specs.size();
+  // Test-only: every answer is this text (tokenized, then EOS), or the X-HS-Test-Force-Output
+  // header's text; lets tests drive tool calls and stop sequences through a random model.
+  specs.push_back({"test-force-output", true, "test only", "TEXT"});
+  ParsedArgs a("serve", args, specs);
+  if (a.help()) {
+    print_help("serve", "[MODEL] [options]",
+               "Serve MODEL (a GGUF or a Hugging Face directory; none: the built-in synthetic model) over HTTP:\n"
+               "OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic /v1/messages(/count_tokens);\n"
+               "/tokenize, /detokenize, /health, /metrics. See docs/server.md.",
+               std::vector<OptionSpec>(specs.begin(), specs.begin() + static_cast<long>(shown)));
+    return 0;
+  }
+  server::ModelSpec model_spec = model_spec_from(a);
+  server::HttpOptions http;
+  http.host = a.get_or("host", "127.0.0.1");
+  http.port = static_cast<int>(a.get_int("port", 8000));
+  HS_CHECK(http.port >= 0 && http.port <= 65535, "--port must be in [0, 65535], got ", http.port);
+  http.api_key = a.get("api-key");
+  if (http.api_key) HS_CHECK(!http.api_key->empty(), "--api-key must not be empty");
+  http.cors = a.has("cors");
+  const int max_seqs = static_cast<int>(a.get_int("max-seqs", 8));
+  HS_CHECK(max_seqs >= 1, "--max-seqs must be at least 1, got ", max_seqs);
+  http.threads = static_cast<int>(a.get_int("http-threads", std::max(64, 4 * max_seqs)));
+  HS_CHECK(http.threads >= 2, "--http-threads must be at least 2, got ", http.threads);
+  const double grace_s = a.get_double("shutdown-timeout", 30);
+  HS_CHECK(grace_s >= 0, "--shutdown-timeout must be at least 0");
+
+  server::Metrics metrics;
+  server::HttpServer srv(http, metrics);
+  const int port = srv.start();
+  std::fprintf(stderr, "hyperstream serve: listening on http://%s:%d (loading the model)\n", http.host.c_str(), port);
+
+  const server::LoadedModel model = server::load_model(model_spec);
+  const SchedulerOptions sched_opts = scheduler_options_from(a, *model.engine, max_seqs);
+  Scheduler scheduler(*model.engine, sched_opts);
+  server::ServiceConfig cfg;
+  cfg.model_name = model.name;
+  cfg.variant = model.variant;
+  cfg.default_thinking = a.has("default-thinking");
+  cfg.forced_output = a.get("test-force-output");
+  server::Service service(scheduler, *model.tokenizer, cfg, &metrics);
+  srv.set_service(&service);
+  std::fprintf(stderr, "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d\n",
+               model.name.c_str(), static_cast<long long>(sched_opts.ctx_size), sched_opts.max_seqs,
+               sched_opts.prefill_chunk);
+
+  const int sig = signals.wait(-1);
+  std::fprintf(stderr, "hyperstream serve: %s: stopping (running requests get %.0f s; again to cancel them)\n",
+               server::signal_name(sig), grace_s);
+  srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)), [&] { return signals.wait(0) != 0; });
+  scheduler.shutdown(false);
+  std::fprintf(stderr, "hyperstream serve: stopped\n");
+  return 0;
+}
+
+}  // namespace hs::cli

@@ -1,0 +1,205 @@
+#include "server/generation.h"
+
+#include "tokenizer/chat_tokens.h"
+#include "util/error.h"
+
+namespace hs::server {
+
+const char* finish_name(Finish f) {
+  switch (f) {
+    case Finish::stop: return "stop";
+    case Finish::stop_sequence: return "stop_sequence";
+    case Finish::length: return "length";
+    case Finish::tool_calls: return "tool_calls";
+    case Finish::cancelled: return "cancelled";
+    case Finish::error: return "error";
+  }
+  return "?";
+}
+
+namespace {
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+Generation::Generation(Private, Scheduler& scheduler, const Tokenizer& tokenizer, GenerationSpec spec,
+                       std::function<void(const GenOutcome&)> on_finish)
+    : scheduler_(scheduler),
+      tok_(tokenizer),
+      spec_(std::move(spec)),
+      on_finish_(std::move(on_finish)),
+      decoder_(tokenizer.stream_decoder()),
+      stops_(spec_.stop) {
+  if (spec_.chat) parser_.emplace(spec_.parser);
+}
+
+Generation::~Generation() = default;
+
+std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokenizer& tokenizer, GenerationSpec spec,
+                                              std::function<void(const GenOutcome&)> on_finish) {
+  auto g = std::make_shared<Generation>(Private{}, scheduler, tokenizer, std::move(spec), std::move(on_finish));
+  const int32_t eos = tokenizer.special_ids().eos;
+  GenerationRequest req;
+  req.prompt = g->spec_.prompt;
+  req.max_tokens = g->spec_.max_tokens;
+  req.sampling = g->spec_.sampling;
+  if (!g->spec_.logprobs) req.sampling.top_logprobs = 0;
+  if (!g->spec_.ignore_eos && eos >= 0) req.stop_tokens = {eos};
+  req.on_token = [g](const SampleResult& r) { return g->on_token(r); };
+  req.on_done = [g](FinishReason reason, const std::string& error) { g->on_done(reason, error); };
+  if (g->spec_.forced) {
+    req.forced_token = [ids = *g->spec_.forced, eos](int64_t step) -> int32_t {
+      if (step < static_cast<int64_t>(ids.size())) return ids[static_cast<size_t>(step)];
+      return eos >= 0 ? eos : (ids.empty() ? 0 : ids.back());
+    };
+  }
+  g->t_start_ = std::chrono::steady_clock::now();
+  g->id_ = scheduler.submit(std::move(req));
+  return g;
+}
+
+bool Generation::on_token(const SampleResult& r) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (cancel_requested_) return false;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (generated_++ == 0) t_first_ = now;
+  t_last_ = now;
+  std::vector<GenEvent> ev;
+  const int32_t eos = tok_.special_ids().eos;
+  if (r.token == eos && !spec_.ignore_eos) {  // the stop token: the scheduler ends the request
+    saw_eos_ = true;
+    end_text(ev);
+    push(std::move(ev), std::nullopt);
+    return true;
+  }
+  std::optional<TokenInfo> info;
+  if (spec_.logprobs) info = TokenInfo{r.token, r.logprob, r.top};
+  std::string piece;
+  if (r.token >= 0 && r.token < tok_.vocab_size() && r.token != eos) piece = decoder_.push(r.token);
+  feed_text(stops_.push(piece), ev);
+  const bool go_on = !stops_.matched();
+  if (!go_on) end_text(ev);
+  push(std::move(ev), std::move(info));
+  return go_on;
+}
+
+namespace {
+void append_parsed(std::vector<ParseEvent> parsed, std::vector<GenEvent>& out) {
+  for (auto& e : parsed) {
+    switch (e.kind) {
+      case ParseEvent::Kind::reasoning_delta: out.push_back({GenEvent::Kind::reasoning, std::move(e.text), {}}); break;
+      case ParseEvent::Kind::content_delta: out.push_back({GenEvent::Kind::text, std::move(e.text), {}}); break;
+      case ParseEvent::Kind::tool_call: out.push_back({GenEvent::Kind::tool_call, {}, std::move(e.call)}); break;
+    }
+  }
+}
+}  // namespace
+
+void Generation::feed_text(const std::string& text, std::vector<GenEvent>& out) {
+  if (text.empty()) return;
+  if (parser_) append_parsed(parser_->feed(text), out);
+  else out.push_back({GenEvent::Kind::text, text, {}});
+}
+
+// The end of the text (EOS, a stop sequence, or the end of the request): releases what the
+// decoder, the stop matcher and the parser held back.
+void Generation::end_text(std::vector<GenEvent>& out) {
+  if (text_ended_) return;
+  text_ended_ = true;
+  std::string tail = stops_.push(decoder_.flush());
+  tail += stops_.flush();
+  feed_text(tail, out);
+  if (!parser_) return;
+  if (saw_eos_) feed_text(std::string(ds4::kEos), out);
+  append_parsed(parser_->finish(), out);
+}
+
+void Generation::push(std::vector<GenEvent> events, std::optional<TokenInfo> token) {
+  if (events.empty() && !token) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& e : events) events_.push_back(std::move(e));
+    if (token) tokens_.push_back(std::move(*token));
+  }
+  cv_.notify_all();
+}
+
+void Generation::on_done(FinishReason reason, const std::string& error) {
+  std::vector<GenEvent> ev;
+  std::string failure;
+  try {
+    end_text(ev);
+  } catch (const std::exception& e) {  // on the scheduler thread: never throw out of here
+    failure = e.what();
+  }
+  GenOutcome o;
+  bool cancel_requested;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    cancel_requested = cancel_requested_;
+  }
+  const bool has_calls = parser_ && !parser_->result().tool_calls.empty();
+  if (reason == FinishReason::Error || !failure.empty()) {
+    o.finish = Finish::error;
+    o.error = !error.empty() ? error : !failure.empty() ? failure : "generation failed";
+  } else if (reason == FinishReason::Cancelled || (cancel_requested && !saw_eos_ && !stops_.matched())) {
+    o.finish = Finish::cancelled;
+    o.error = "the request was cancelled";
+  } else if (stops_.matched()) {
+    o.finish = Finish::stop_sequence;
+    o.stop_sequence = stops_.which();
+  } else if (has_calls) {
+    o.finish = Finish::tool_calls;
+  } else if (reason == FinishReason::Length) {
+    o.finish = Finish::length;
+  } else {
+    o.finish = Finish::stop;
+  }
+  o.prompt_tokens = static_cast<int64_t>(spec_.prompt.size());
+  o.completion_tokens = generated_;
+  const auto end = std::chrono::steady_clock::now();
+  o.total_s = seconds(end - t_start_);
+  if (generated_ > 0) {
+    o.queue_s = seconds(t_first_ - t_start_);
+    o.decode_s = seconds(t_last_ - t_first_);
+  }
+  if (parser_ && failure.empty()) o.warnings = parser_->result().warnings;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& e : ev) events_.push_back(std::move(e));
+    outcome_ = o;
+    done_ = true;
+  }
+  cv_.notify_all();
+  if (on_finish_) on_finish_(o);
+}
+
+GenBatch Generation::next(std::chrono::milliseconds timeout) {
+  GenBatch b;
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait_for(lk, timeout, [&] { return done_ || !events_.empty() || !tokens_.empty(); });
+  b.events.swap(events_);
+  b.tokens.swap(tokens_);
+  if (done_) {
+    b.done = true;
+    b.outcome = outcome_;
+  }
+  return b;
+}
+
+void Generation::cancel() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (done_ || cancel_requested_) return;
+    cancel_requested_ = true;
+  }
+  scheduler_.cancel(id_);
+}
+
+bool Generation::cancelled() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return cancel_requested_;
+}
+
+}  // namespace hs::server

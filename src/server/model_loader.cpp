@@ -1,0 +1,64 @@
+#include "server/model_loader.h"
+
+#include <filesystem>
+
+#include "model/synthetic.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace hs::server {
+
+namespace fs = std::filesystem;
+
+Numerics parse_numerics(const std::string& s) {
+  if (s == "reference") return Numerics::Reference;
+  if (s == "model") return Numerics::Model;
+  fail("--numerics: expected 'reference' or 'model', got '", s, "'");
+}
+
+namespace {
+
+std::unique_ptr<Tokenizer> load_tokenizer(const ModelSpec& spec) {
+  if (spec.tokenizer) return std::make_unique<Tokenizer>(Tokenizer::load(*spec.tokenizer));
+  const std::string& path = *spec.path;
+  if (fs::is_directory(path) && !fs::exists(fs::path(path) / "tokenizer.json"))
+    fail("'", path, "' has no tokenizer.json; pass --tokenizer PATH (a tokenizer.json, a directory holding one, or a GGUF)");
+  try {
+    return std::make_unique<Tokenizer>(Tokenizer::load(path));
+  } catch (const Error& e) {
+    fail("cannot load the tokenizer of '", path, "' (", e.what(), "); pass --tokenizer PATH");
+  }
+}
+
+std::string default_name(const std::string& path) {
+  fs::path p(path);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  std::string name = p.filename().string();
+  if (p.extension() == ".gguf") name = p.stem().string();
+  return name.empty() ? "model" : name;
+}
+
+}  // namespace
+
+LoadedModel load_model(const ModelSpec& spec) {
+  LoadedModel m;
+  if (spec.path) {
+    HS_CHECK(fs::exists(*spec.path), "MODEL '", *spec.path, "' does not exist (a GGUF file or a Hugging Face directory)");
+    m.tokenizer = load_tokenizer(spec);
+    m.engine = std::make_unique<Engine>(*spec.path, spec.engine);
+    m.name = spec.name.value_or(default_name(*spec.path));
+  } else {
+    m.tokenizer = std::make_unique<Tokenizer>(spec.tokenizer ? Tokenizer::load(*spec.tokenizer) : builtin_tokenizer());
+    m.engine = std::make_unique<Engine>(builtin_source(), spec.engine);
+    m.name = spec.name.value_or("hyperstream-builtin");
+  }
+  const int64_t vocab = m.engine->config().vocab_size;
+  HS_CHECK(m.tokenizer->vocab_size() <= vocab, "the tokenizer has ", m.tokenizer->vocab_size(),
+           " tokens but the model's vocabulary is ", vocab, ": they do not belong together");
+  HS_CHECK(m.tokenizer->special_ids().eos >= 0, "the tokenizer has no EOS token (<｜end▁of▁sentence｜>)");
+  if (spec.variant) m.variant = parse_chat_variant(*spec.variant);
+  else if (m.name.find("0731") != std::string::npos) m.variant = ChatVariant::v4_0731;
+  return m;
+}
+
+}  // namespace hs::server

@@ -1,0 +1,35 @@
+// Loads what `serve` and `run` serve: the Engine and its tokenizer, from a GGUF (tokenizer
+// embedded), a Hugging Face directory (tokenizer.json beside the weights), an explicit
+// --tokenizer, or, with no model at all, the built-in synthetic model (model/synthetic.h).
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "engine/engine.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chat.h"
+
+namespace hs::server {
+
+struct ModelSpec {
+  std::optional<std::string> path;       // none: the built-in model
+  std::optional<std::string> tokenizer;  // GGUF, tokenizer.json or a directory holding one
+  std::optional<std::string> name;       // the served model id (default: from the path)
+  std::optional<std::string> variant;    // chat variant "v4" | "v4-0731" (default: from the name)
+  EngineOptions engine;
+};
+
+struct LoadedModel {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string name;
+  ChatVariant variant = ChatVariant::v4;
+};
+
+// Throws hs::Error naming what is missing (e.g. a model without a tokenizer).
+LoadedModel load_model(const ModelSpec& spec);
+
+Numerics parse_numerics(const std::string& s);  // "reference" | "model"
+
+}  // namespace hs::server

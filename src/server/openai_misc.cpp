@@ -1,0 +1,115 @@
+// GET /v1/models, POST /tokenize and /detokenize, and the small pieces the OpenAI handlers share.
+#include <ctime>
+
+#include "server/json_util.h"
+#include "server/openai_api.h"
+#include "server/validation.h"
+
+namespace hs::server {
+
+ojson openai_token_logprob(const Tokenizer& tok, int32_t id, float logprob) {
+  std::string_view bytes;
+  if (id >= 0 && id < tok.vocab_size()) bytes = tok.token_bytes(id);
+  ojson b = ojson::array();
+  for (unsigned char c : bytes) b.push_back(static_cast<int>(c));
+  return {{"token", lossy_utf8(bytes)}, {"logprob", logprob}, {"bytes", std::move(b)}};
+}
+
+const char* openai_finish_reason(Finish f) {
+  switch (f) {
+    case Finish::length: return "length";
+    case Finish::tool_calls: return "tool_calls";
+    default: return "stop";
+  }
+}
+
+ApiError outcome_error(const GenOutcome& o) {
+  if (o.finish == Finish::cancelled)
+    return ApiError(503, "the generation was cancelled (the server is shutting down)", {}, "cancelled");
+  return ApiError(500, "the generation failed: " + o.error);
+}
+
+ojson openai_usage(const GenOutcome& o) {
+  return {{"prompt_tokens", o.prompt_tokens},
+          {"completion_tokens", o.completion_tokens},
+          {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+}
+
+std::string openai_stream_end(const GenOutcome& o, const std::string& final_chunk, ojson base, bool include_usage) {
+  if (o.finish == Finish::cancelled || o.finish == Finish::error)
+    return sse_data(ojson::parse(error_body(ApiFlavor::openai, outcome_error(o)))) + "data: [DONE]\n\n";
+  std::string out = final_chunk;
+  if (include_usage) {
+    base["choices"] = ojson::array();
+    base["usage"] = openai_usage(o);
+    out += sse_data(base);
+  }
+  return out + "data: [DONE]\n\n";
+}
+
+namespace {
+
+ojson model_card(const Service& svc) {
+  return {{"id", svc.config().model_name},
+          {"object", "model"},
+          {"created", 0},
+          {"owned_by", "hyperstream"},
+          {"max_model_len", svc.ctx_size()}};
+}
+
+Reply json_reply(const ojson& v) {
+  Reply r;
+  r.body = dump_json(v);
+  return r;
+}
+
+}  // namespace
+
+Reply openai_models(const Service& svc) {
+  return json_reply({{"object", "list"}, {"data", ojson::array({model_card(svc)})}});
+}
+
+Reply openai_model(const Service& svc, const std::string& id) {
+  svc.check_model(id);
+  return json_reply(model_card(svc));
+}
+
+// {"prompt": "text"} or a chat request {"messages": [...], "tools": [...], ...} -> the ids the
+// server would run (the chat prompt rendered exactly as /v1/chat/completions renders it).
+Reply tokenize_endpoint(Service& svc, const std::string& body) {
+  const ojson req = parse_body(body);
+  std::vector<int32_t> ids;
+  if (field(req, "messages")) {
+    ids = build_chat_prompt(svc.tokenizer(), openai_chat_input(svc, req)).ids;
+  } else {
+    svc.check_model(opt_string(req, "model"));
+    auto prompt = opt_string(req, "prompt");
+    if (!prompt) bad_request("prompt", "'prompt' (a string) or 'messages' is required");
+    ids = svc.tokenizer().encode(*prompt);
+  }
+  ojson out = {{"count", ids.size()}, {"max_model_len", svc.ctx_size()}, {"tokens", ids}};
+  if (opt_bool(req, "return_token_strs").value_or(false)) {
+    ojson strs = ojson::array();
+    for (int32_t id : ids) strs.push_back(lossy_utf8(svc.tokenizer().token_bytes(id)));
+    out["token_strs"] = std::move(strs);
+  }
+  return json_reply(out);
+}
+
+Reply detokenize_endpoint(Service& svc, const std::string& body) {
+  const ojson req = parse_body(body);
+  svc.check_model(opt_string(req, "model"));
+  const ojson* tokens = opt_array(req, "tokens");
+  if (!tokens) bad_request("tokens", "'tokens' (an array of token ids) is required");
+  std::vector<int32_t> ids;
+  for (const auto& t : *tokens) {
+    if (!t.is_number_integer()) bad_request("tokens", "'tokens' must hold only integers, got ", describe_type(t));
+    const int64_t id = t.get<int64_t>();
+    if (id < 0 || id >= svc.tokenizer().vocab_size())
+      bad_request("tokens", "token id ", id, " is outside the vocabulary [0, ", svc.tokenizer().vocab_size(), ")");
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return json_reply({{"prompt", lossy_utf8(svc.tokenizer().decode(ids))}});
+}
+
+}  // namespace hs::server

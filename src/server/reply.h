@@ -1,0 +1,40 @@
+// What an API handler answers: a complete body, or a generation whose events a ResponseWriter
+// turns into bytes (SSE chunks, or one JSON body at the end) while the HTTP layer streams them.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "server/generation.h"
+
+namespace hs::server {
+
+class ResponseWriter {
+ public:
+  virtual ~ResponseWriter() = default;
+  virtual std::string begin() { return {}; }
+  // Bytes for a batch of events; when batch.done, the rest of the response.
+  virtual std::string on_batch(const GenBatch& batch) = 0;
+};
+
+struct Job {
+  std::shared_ptr<Generation> gen;
+  std::unique_ptr<ResponseWriter> writer;
+};
+
+struct Reply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;          // when job is null
+  std::shared_ptr<Job> job;  // a generation to stream
+  // For the access log.
+  std::string request_id;
+  bool stream = false;
+};
+
+// Per-request inputs from the HTTP layer besides the body.
+struct RequestInfo {
+  std::optional<std::string> force_output;  // test hook: X-HS-Test-Force-Output (JSON string)
+};
+
+}  // namespace hs::server

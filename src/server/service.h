@@ -1,0 +1,63 @@
+// The loaded model as the API handlers see it: scheduler, tokenizer, served name, ids and
+// seeds, and the admission checks every API shares.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "server/api_error.h"
+#include "server/generation.h"
+#include "tokenizer/bpe.h"
+#include "tokenizer/chat.h"
+
+namespace hs::server {
+
+class Metrics;
+
+struct ServiceConfig {
+  std::string model_name = "hyperstream";
+  ChatVariant variant = ChatVariant::v4;
+  bool default_thinking = false;  // thinking mode when a request does not say
+  // Test-only (serve --test-force-output): every generation's output is forced to this text,
+  // or to the X-HS-Test-Force-Output header's text when one is sent.
+  std::optional<std::string> forced_output;
+};
+
+class Service {
+ public:
+  Service(Scheduler& scheduler, const Tokenizer& tokenizer, ServiceConfig config, Metrics* metrics = nullptr);
+
+  Scheduler& scheduler() { return scheduler_; }
+  const Tokenizer& tokenizer() const { return tok_; }
+  const ServiceConfig& config() const { return cfg_; }
+  int64_t ctx_size() const { return scheduler_.options().ctx_size; }
+
+  // 404 when the request names a model other than the served one (absent is fine).
+  void check_model(const std::optional<std::string>& model) const;
+  // prefix + 24 random alphanumerics ("chatcmpl-…", "msg_…").
+  std::string new_id(std::string_view prefix);
+  uint64_t new_seed();
+  // The forced output ids of a request (test hooks only), else nullopt.
+  std::optional<std::vector<int32_t>> forced_tokens(const std::optional<std::string>& header_text) const;
+  // max_tokens when the client gave none: what is left of the context (400 when nothing is).
+  int default_max_tokens(size_t prompt_tokens) const;
+  // Checks prompt + max_tokens against the context (400 with the numbers) and submits.
+  // `api` labels the metrics.
+  std::shared_ptr<Generation> start(GenerationSpec spec, const char* api);
+
+ private:
+  Scheduler& scheduler_;
+  const Tokenizer& tok_;
+  ServiceConfig cfg_;
+  Metrics* metrics_;
+  std::mutex mu_;
+  std::mt19937_64 rng_;
+};
+
+}  // namespace hs::server
