@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "format/safetensors.h"
 
 namespace hs::test {
@@ -86,6 +87,32 @@ inline std::vector<int64_t> random_split(int64_t T, uint32_t seed) {
     c = std::min(c, T - done);
     out.push_back(c);
     done += c;
+  }
+  return out;
+}
+
+// The prompt splits every parity test replays: one chunk, token by token, the fixture's
+// own chunks, and three seeded random splits.
+struct Split {
+  std::string name;
+  std::vector<int64_t> chunks;
+};
+
+inline std::vector<Split> splits_for(const test::Expected& e) {
+  const int64_t T = static_cast<int64_t>(e.tokens.size());
+  std::vector<Split> s = {{"one-chunk", {T}}, {"decode", std::vector<int64_t>(static_cast<size_t>(T), 1)},
+                          {"fixture", e.chunk_sizes}};
+  for (uint32_t seed : {11u, 22u, 33u}) s.push_back({"random" + std::to_string(seed), test::random_split(T, seed)});
+  return s;
+}
+
+inline std::vector<float> run(Engine& eng, const test::Expected& e, const std::vector<int64_t>& chunks) {
+  auto seq = eng.new_sequence();
+  std::vector<float> out(e.tokens.size() * static_cast<size_t>(e.vocab));
+  int64_t pos = 0;
+  for (int64_t c : chunks) {
+    eng.step(*seq, e.tokens.data() + pos, c, out.data() + pos * e.vocab);
+    pos += c;
   }
   return out;
 }

@@ -15,6 +15,10 @@ float* CpuOps::alloc(int64_t n) {
   return scratch_.back().get();
 }
 
+void CpuOps::upload(float* dst, const float* host, int64_t n) { std::memcpy(dst, host, static_cast<size_t>(n) * 4); }
+
+void CpuOps::download(float* host, const float* src, int64_t n) { std::memcpy(host, src, static_cast<size_t>(n) * 4); }
+
 void CpuOps::embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) {
   for (int64_t t = 0; t < n; ++t) {
     HS_CHECK(tokens[t] >= 0 && tokens[t] < table.rows, "token id ", tokens[t], " at position ", t,

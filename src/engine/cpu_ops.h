@@ -12,7 +12,10 @@ class CpuOps : public Ops {
   explicit CpuOps(ThreadPool& pool) : pool_(pool) {}
   const char* name() const override { return "cpu"; }
   float* alloc(int64_t n) override;
-  void release_all() override { scratch_.clear(); }
+  size_t mark() const override { return scratch_.size(); }
+  void release_to(size_t m) override { scratch_.resize(m); }
+  void upload(float* dst, const float* host, int64_t n) override;
+  void download(float* host, const float* src, int64_t n) override;
 
   void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) override;
   void matmul(const Mat& W, const float* x, int64_t n, float* y) override;

@@ -7,6 +7,23 @@
 
 namespace hs {
 
+std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics) {
+  if (device == "cpu") return std::make_unique<CpuOps>(pool);
+  if (device.rfind("cuda:", 0) == 0) {
+    const std::string id = device.substr(5);
+    HS_CHECK(!id.empty() && id.find_first_not_of("0123456789") == std::string::npos, "device '", device,
+             "': expected cuda:N");
+#ifdef HS_HAVE_CUDA
+    HS_CHECK(numerics == Numerics::Reference, "--numerics model is not implemented on CUDA yet (use --numerics reference)");
+    return make_cuda_ops(std::stoi(id), pool);
+#else
+    (void)numerics;
+    fail("device '", device, "': this build has no CUDA backend (configure with -DHS_CUDA=ON on a machine with nvcc)");
+#endif
+  }
+  fail("unknown device '", device, "' (expected cpu or cuda:N)");
+}
+
 void Sequence::reset() {
   for (auto& s : shards) s->reset();
 }
@@ -15,7 +32,6 @@ Engine::Engine(const std::string& model_path, const EngineOptions& opts)
     : Engine(ModelSource::open(model_path), opts) {}
 
 Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) : source_(std::move(source)) {
-  HS_CHECK(opts.device == "cpu", "device '", opts.device, "' is not available in this build (use --device cpu)");
   config_ = source_->config();
   if (opts.numerics == Numerics::Model) {
     bool has_csa = false;
@@ -25,7 +41,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
              "power-of-two index_head_dim, this model has ", id, " (use --numerics reference)");
   }
   pool_ = std::make_unique<ThreadPool>(opts.threads);
-  ops_ = std::make_unique<CpuOps>(*pool_);
+  ops_ = make_ops(opts.device, *pool_, opts.numerics);
   std::vector<int> split = opts.layer_split;
   if (split.empty()) split = {config_.n_layers};
   int total = 0;
@@ -56,16 +72,22 @@ void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits
   for (int64_t t = 0; t < n; ++t)
     HS_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, "token id ", tokens[t], " (input position ", t,
              ") is outside the vocabulary [0, ", config_.vocab_size, ")");
-  // The HC state handed from shard to shard.
-  std::vector<float> X(static_cast<size_t>(n * config_.hc_mult * config_.dim));
-  shards_.front()->embed(tokens, n, X.data());
-  for (size_t i = 0; i < shards_.size(); ++i) shards_[i]->forward(*seq.shards[i], tokens, n, X.data());
-  if (all_positions) {
-    shards_.back()->logits(X.data(), n, logits);
-  } else {
-    const int64_t per = config_.hc_mult * config_.dim;
-    shards_.back()->logits(X.data() + (n - 1) * per, 1, logits);
+  // The HC state handed from shard to shard, and the logits, in backend memory.
+  const size_t mark = ops_->mark();
+  const int64_t per = config_.hc_mult * config_.dim;
+  float* X = ops_->alloc(n * per);
+  const int64_t rows = all_positions ? n : 1;
+  float* dev_logits = ops_->alloc(rows * config_.vocab_size);
+  try {
+    shards_.front()->embed(tokens, n, X);
+    for (size_t i = 0; i < shards_.size(); ++i) shards_[i]->forward(*seq.shards[i], tokens, n, X);
+    shards_.back()->logits(X + (n - rows) * per, rows, dev_logits);
+    ops_->download(logits, dev_logits, rows * config_.vocab_size);
+  } catch (...) {
+    ops_->release_to(mark);
+    throw;
   }
+  ops_->release_to(mark);
 }
 
 std::vector<int64_t> parse_chunk_spec(const std::string& spec, int64_t total) {

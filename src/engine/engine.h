@@ -13,11 +13,17 @@
 namespace hs {
 
 struct EngineOptions {
-  std::string device = "cpu";
+  std::string device = "cpu";     // "cpu" or "cuda:N"
   Numerics numerics = Numerics::Reference;
   int threads = 0;                // 0: all cores
   std::vector<int> layer_split;   // layers per shard (sums to n_layers); empty: one shard
 };
+
+// The backend for a device name ("cpu", "cuda:N"); errors name the device.
+std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics);
+#ifdef HS_HAVE_CUDA
+std::unique_ptr<Ops> make_cuda_ops(int device, ThreadPool& pool);  // engine/cuda_ops.cpp
+#endif
 
 // The state of one sequence across all shards.
 struct Sequence {
@@ -45,7 +51,7 @@ class Engine {
   std::unique_ptr<ModelSource> source_;
   ModelConfig config_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<CpuOps> ops_;
+  std::unique_ptr<Ops> ops_;
   std::vector<std::unique_ptr<Shard>> shards_;
 };
 

@@ -27,9 +27,15 @@ class Ops {
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
 
-  // Scratch memory for one forward call (freed by the caller through release()).
+  // Scratch memory, stack-like: alloc() hands out backend memory until release_to(mark())
+  // returns everything allocated after the mark.
   virtual float* alloc(int64_t n) = 0;
-  virtual void release_all() = 0;
+  virtual size_t mark() const = 0;
+  virtual void release_to(size_t mark) = 0;
+  // Copies between host memory and backend memory (a plain copy on the CPU backend);
+  // download waits for the backend's queued work.
+  virtual void upload(float* dst, const float* host, int64_t n) = 0;
+  virtual void download(float* host, const float* src, int64_t n) = 0;
 
   virtual void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) = 0;
   virtual void matmul(const Mat& W, const float* x, int64_t n, float* y) = 0;

@@ -33,6 +33,7 @@ void SequenceState::reset() {
     std::fill(l.ring.begin(), l.ring.end(), 0.0f);
     l.comp.reset();
     l.index.reset();
+    if (l.device) l.device->reset();
   }
 }
 
@@ -42,6 +43,7 @@ size_t SequenceState::bytes() const {
     b += l.ring.size() * 4;
     for (const auto* c : {&l.comp, &l.index})
       b += (c->buf_kv.size() + c->buf_gate.size() + c->prev_kv.size() + c->prev_gate.size() + c->entries.capacity()) * 4;
+    if (l.device) b += l.device->bytes();
   }
   return b;
 }

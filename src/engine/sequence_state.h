@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace hs {
@@ -23,10 +24,20 @@ struct CompressorState {
   void reset();
 };
 
+// Device-side mirror of a layer's state, owned by the backend that made it (the CUDA backend
+// keeps the ring and the compressed rows on the GPU). reset() must zero it.
+class BackendState {
+ public:
+  virtual ~BackendState() = default;
+  virtual void reset() = 0;
+  virtual size_t bytes() const = 0;
+};
+
 struct LayerState {
   std::vector<float> ring;  // [window, head_dim]: the kv row of position p at slot p % window
   CompressorState comp;     // ratio > 0
   CompressorState index;    // CSA layers: the indexer's key compressor
+  mutable std::shared_ptr<BackendState> device;  // set by a device backend on first use
 };
 
 class SequenceState {

@@ -135,6 +135,7 @@ void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float*
   for (int64_t t = 0; t < n; ++t)
     HS_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, "token id ", tokens[t], " at position ", p0 + t,
              " is outside the vocabulary [0, ", c.vocab_size, ")");
+  const size_t mark = ops_.mark();
   for (const auto& L : w_.layers) {
     LayerState& st = seq.layers[static_cast<size_t>(L.layer - w_.begin)];
     if (observer_) observer_(L.layer, X, n);
@@ -157,20 +158,21 @@ void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float*
     ops_.moe(L, c, xn, tokens, n, numerics_, y);
     ops_.hc_post(y, post, comb, n, c, X);
     bf16(X, n * hc * D);
-    ops_.release_all();
+    ops_.release_to(mark);
   }
   seq.n_past += n;
 }
 
 void Shard::logits(const float* X, int64_t n, float* out) {
   HS_CHECK(w_.has_head, "internal: shard [", w_.begin, ", ", w_.end, ") does not own the output head");
+  const size_t mark = ops_.mark();
   float* h = ops_.alloc(n * config_.dim);
   ops_.hc_head(w_.hc_head, config_, X, n, h);
   bf16(h, n * config_.dim);
   ops_.rmsnorm(h, w_.norm, n, config_.norm_eps, h);
   bf16(h, n * config_.dim);
   ops_.matmul(w_.head, h, n, out);
-  ops_.release_all();
+  ops_.release_to(mark);
 }
 
 }  // namespace hs
