@@ -25,31 +25,32 @@ void round_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = hs::round_bf16(x[i]);
 }
 
-void fp8_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block, float amax_floor) {
+namespace {
+// Per row (stride apart), per block of `block` among the first `channels`: a power-of-two
+// scale s = 2^ceil(log2(max(amax, floor) / qmax)) and v <- code(clamp(v / s, +-qmax)) * s.
+template <typename RoundTrip>
+void block_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block, float amax_floor,
+                      float qmax, RoundTrip round_trip) {
   for (int64_t r = 0; r < rows; ++r) {
     float* v = x + r * stride;
     for (int64_t b = 0; b < channels; b += block) {
       const int64_t e = std::min<int64_t>(channels, b + block);
       float amax = amax_floor;
       for (int64_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float s = pow2_ceil(amax / 448.0f);
-      for (int64_t i = b; i < e; ++i) v[i] = e4m3_to_f32(f32_to_e4m3(std::clamp(v[i] / s, -448.0f, 448.0f))) * s;
+      const float s = pow2_ceil(amax / qmax);
+      for (int64_t i = b; i < e; ++i) v[i] = round_trip(std::clamp(v[i] / s, -qmax, qmax)) * s;
     }
   }
 }
+}  // namespace
+
+void fp8_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block, float amax_floor) {
+  block_round_trip(x, rows, stride, channels, block, amax_floor, 448.0f,
+                   [](float v) { return e4m3_to_f32(f32_to_e4m3(v)); });
+}
 
 void fp4_round_trip(float* x, int64_t rows, int64_t d, int block) {
-  const float floor_amax = 6.0f * 0x1p-126f;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* v = x + r * d;
-    for (int64_t b = 0; b < d; b += block) {
-      const int64_t e = std::min<int64_t>(d, b + block);
-      float amax = floor_amax;
-      for (int64_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float s = pow2_ceil(amax / 6.0f);
-      for (int64_t i = b; i < e; ++i) v[i] = e2m1_to_f32(f32_to_e2m1(std::clamp(v[i] / s, -6.0f, 6.0f))) * s;
-    }
-  }
+  block_round_trip(x, rows, d, d, block, 6.0f * 0x1p-126f, 6.0f, [](float v) { return e2m1_to_f32(f32_to_e2m1(v)); });
 }
 
 void hadamard(float* x, int64_t rows, int64_t d) {
