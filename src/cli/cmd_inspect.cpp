@@ -3,6 +3,8 @@
 #include <map>
 
 #include "cli/args.h"
+#include "format/gguf.h"
+#include "model/gguf_check.h"
 #include "model/source.h"
 #include "util/error.h"
 
@@ -41,10 +43,19 @@ int cmd_inspect(const Args& args) {
     std::printf("\n");
     for (const auto& t : stored) {
       std::string shape;
-      for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "x" : "") + std::to_string(t.shape[i]);
+      for (size_t i = 0; i < t.shape.size(); ++i) shape += cat(i ? "x" : "", t.shape[i]);
       std::printf("  %-60s %-8s %-20s %12llu\n", t.name.c_str(), t.type.c_str(), shape.c_str(),
                   static_cast<unsigned long long>(t.nbytes));
     }
+  }
+  if (src->format() == "gguf") {
+    // Informational: hyperstream loads files llama.cpp would refuse (no tokenizer, 43-entry
+    // ratios are fine for both), so this does not change the exit status.
+    LlamaCppCheckOptions check;
+    check.real_widths = c.dim >= 4096;
+    const auto lc = check_llama_cpp_gguf(gguf::File(src->path()), check);
+    std::printf("\nllama.cpp deepseek4 key check: %s\n", lc.empty() ? "ok" : cat(lc.size(), " problem(s)").c_str());
+    for (const auto& p : lc) std::printf("  %s\n", p.c_str());
   }
   auto problems = src->validate(0, c.n_layers, true, true);
   if (problems.empty()) {

@@ -17,6 +17,20 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   ModelConfig c;
   c.source = f.path();
   c.n_layers = u32("block_count");
+  c.n_mtp_layers = u32_or("nextn_predict_layers", 0);
+  // block_count counts MTP blocks only when the file holds them as the last blocks (LC's
+  // layout: blk.{n}.nextn.eh_proj); MTP tensors elsewhere (blk.43.* past block_count,
+  // antirez's mtp.0.*) are simply not part of the main model.
+  if (c.n_mtp_layers > 0 && c.n_mtp_layers < c.n_layers &&
+      f.find_tensor(cat("blk.", c.n_layers - c.n_mtp_layers, ".nextn.eh_proj.weight")))
+    c.n_layers -= c.n_mtp_layers;
+  bool main_blocks = false, mtp = false;
+  for (const auto& t : f.tensors()) {
+    main_blocks |= t.name.rfind("blk.0.", 0) == 0;
+    mtp |= t.name.find(".nextn.") != std::string::npos || t.name.rfind("mtp.", 0) == 0;
+  }
+  HS_CHECK(main_blocks || !mtp, f.path(), ": an MTP-only GGUF (nextn/mtp tensors, no blk.0.*): it holds the "
+           "speculative-decoding block of DeepSeek-V4, not a main model");
   c.dim = u32("embedding_length");
   c.max_position = static_cast<int64_t>(f.get_u64(p + "context_length"));
   c.n_heads = u32("attention.head_count");
@@ -75,7 +89,9 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   c.hc_mult = u32("hyper_connection.count");
   c.hc_sinkhorn_iters = u32("hyper_connection.sinkhorn_iterations");
   c.hc_eps = f32("hyper_connection.epsilon");
-  c.n_mtp_layers = u32_or("nextn_predict_layers", 0);
+  for (const char* k : {"expert_group_count", "expert_group_used_count"})
+    HS_CHECK(u32_or(k, 0) == 0, f.path(), ": key ", p, k, ": expected 0 or absent (DeepSeek-V4 has no expert groups), found ",
+             u32(k));
   if (f.has(p + "vocab_size")) {
     c.vocab_size = u32("vocab_size");
   } else if (f.has("tokenizer.ggml.tokens")) {

@@ -1,9 +1,16 @@
 #include "model/gguf_export.h"
 
+#include <algorithm>
 #include <cstring>
 
+#include "format/gguf_stream_writer.h"
 #include "format/quants.h"
+#include "model/data/chat_template_v4.h"
+#include "model/tensor_names.h"
+#include "tokenizer/bpe.h"
 #include "util/error.h"
+#include "util/mmap.h"
+#include "util/thread_pool.h"
 
 namespace hs {
 
@@ -56,39 +63,156 @@ void write_config_metadata(const ModelConfig& c, gguf::Writer& w) {
   w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_id));
 }
 
-void export_gguf(const ModelSource& src, const std::string& out_path, const GgufExportOptions& opts) {
-  const ModelConfig& c = src.config();
-  gguf::Writer w;
-  write_config_metadata(c, w);
-  w.set_string("general.name", opts.name);
-  const auto specs = model_tensor_specs(c, 0, c.n_layers, true, true);
-  std::vector<std::vector<uint8_t>> buffers;  // the writer reads them at write()
-  buffers.reserve(specs.size());
-  size_t done = 0;
-  for (const auto& s : specs) {
-    std::vector<int64_t> ne(s.shape.rbegin(), s.shape.rend());
-    const std::string name = s.name + (s.name.find("exp_probs_b") != std::string::npos ? ".bias" : ".weight");
-    if (s.role == TensorRole::TokenTable) {
-      std::vector<int32_t> v = src.read_i32(s);
-      buffers.emplace_back(v.size() * 4);
-      std::memcpy(buffers.back().data(), v.data(), v.size() * 4);
-      w.add_tensor(name, GgmlType::I32, ne, buffers.back().data(), buffers.back().size());
-    } else {
-      GgmlType type = GgmlType::F32;
-      if (s.role == TensorRole::Matrix) type = opts.dense;
-      if (s.role == TensorRole::Experts) type = opts.experts;
-      std::vector<float> v = src.read_f32(s);
-      const int64_t row = ne[0], rows = s.n_elements() / row;
-      HS_CHECK(row % ggml_type_info(type).block_elems == 0, "tensor ", s.name, ": rows of ", row, " elements cannot be stored as ",
-               ggml_type_name(type), " (blocks of ", ggml_type_info(type).block_elems, ")");
-      const int64_t rb = ggml_row_bytes(type, row);
-      buffers.emplace_back(static_cast<size_t>(rb * rows));
-      for (int64_t r = 0; r < rows; ++r) quantize_row(type, v.data() + r * row, buffers.back().data() + r * rb, row);
-      w.add_tensor(name, type, ne, buffers.back().data(), buffers.back().size());
-    }
-    if (opts.progress) opts.progress(++done, specs.size());
+namespace {
+
+enum class Path { Copy, RepackFp4, Quantize, Table };
+
+struct Plan {
+  TensorSpec spec;
+  GgmlType type = GgmlType::F32;
+  Path path = Path::Quantize;
+};
+
+// The type that holds a source storage type exactly (auto mode).
+GgmlType exact_type(const std::string& storage) {
+  if (storage == "F8_E4M3" || storage == "BF16") return GgmlType::BF16;  // e4m3 x 2^k fits BF16's 8 bits
+  if (storage == "F16") return GgmlType::F16;
+  if (storage == "F4_E2M1") return GgmlType::MXFP4;
+  return GgmlType::F32;
+}
+
+Plan plan_tensor(const ModelSource& src, const TensorSpec& s, const GgufExportOptions& o) {
+  const std::optional<RawGgufTensor> raw = src.raw_gguf(s);
+  if (s.role == TensorRole::TokenTable)
+    return {s, GgmlType::I32, raw && raw->type == GgmlType::I32 ? Path::Copy : Path::Table};
+  if (s.role == TensorRole::Vector || s.role == TensorRole::HcFn)  // a GGUF's F16/BF16 stays; else F32
+    return {s, raw ? raw->type : GgmlType::F32, raw ? Path::Copy : Path::Quantize};
+  const bool experts = s.role == TensorRole::Experts;
+  const std::optional<GgmlType> chosen = experts ? o.experts : o.dense;
+  const bool fp4 = experts && src.fp4_expert(s, 0).has_value();
+  const GgmlType type = chosen ? *chosen
+                        : raw  ? raw->type
+                        : fp4  ? GgmlType::MXFP4
+                               : exact_type(src.storage_type(s));
+  if (raw && raw->type == type) return {s, type, Path::Copy};
+  if (fp4 && type == GgmlType::MXFP4) return {s, type, Path::RepackFp4};
+  HS_CHECK(type_has_quantizer(type), "tensor ", s.name, ": cannot write ", ggml_type_name(type),
+           " (no quantizer; types with one: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, mxfp4, q2_k, q4_k, "
+           "q5_k, q6_k)");
+  const int64_t block = ggml_type_info(type).block_elems;
+  HS_CHECK(s.shape.back() % block == 0, "tensor ", s.name, ": rows of ", s.shape.back(),
+           " elements cannot be stored as ", ggml_type_name(type), " (blocks of ", block, ")");
+  return {s, type, Path::Quantize};
+}
+
+// Quantizes `rows` rows of x into the writer, a band of rows at a time across the pool.
+void write_quantized(gguf::StreamWriter& w, ThreadPool& pool, GgmlType type, const float* x, int64_t rows,
+                     int64_t cols) {
+  const int64_t rb = ggml_row_bytes(type, cols);
+  const int64_t band = std::max<int64_t>(1, (int64_t{32} << 20) / std::max<int64_t>(rb, 1));
+  std::vector<uint8_t> buf;
+  for (int64_t r0 = 0; r0 < rows; r0 += band) {
+    const int64_t n = std::min(band, rows - r0);
+    buf.resize(static_cast<size_t>(n * rb));
+    pool.parallel_for(n, 16, [&](int64_t a, int64_t b) {
+      for (int64_t r = a; r < b; ++r) quantize_row(type, x + (r0 + r) * cols, buf.data() + r * rb, cols);
+    });
+    w.write(buf.data(), buf.size());
   }
-  w.write(out_path);
+}
+
+void write_tensor(const ModelSource& src, const Plan& p, gguf::StreamWriter& w, ThreadPool& pool) {
+  const TensorSpec& s = p.spec;
+  const int64_t cols = s.shape.back(), rows = s.n_elements() / cols;
+  switch (p.path) {
+    case Path::Copy: {
+      const RawGgufTensor raw = *src.raw_gguf(s);
+      w.write(raw.data, raw.nbytes);
+      return;
+    }
+    case Path::Table: {
+      const std::vector<int32_t> v = src.read_i32(s);
+      w.write(v.data(), v.size() * 4);
+      return;
+    }
+    case Path::RepackFp4: {
+      std::vector<uint8_t> buf;
+      for (int64_t e = 0; e < s.shape[0]; ++e) {
+        const std::optional<Fp4Matrix> m = src.fp4_expert(s, e);
+        HS_CHECK(m && m->rows == s.shape[1] && m->cols == cols, "tensor ", s.name, ": expert ", e,
+                 " is not stored as FP4 like expert 0");
+        const int64_t n = m->rows * m->cols;
+        buf.resize(static_cast<size_t>(n / 32 * 17));
+        try {
+          repack_fp4_to_mxfp4(m->codes, m->scales, buf.data(), n);
+        } catch (const Error& err) {
+          fail("tensor ", gguf_to_official({gguf_tensor_name(s), e, false}), ": ", err.what());
+        }
+        w.write(buf.data(), buf.size());
+      }
+      return;
+    }
+    case Path::Quantize:
+      if (s.role == TensorRole::Experts) {
+        for (int64_t e = 0; e < s.shape[0]; ++e) {
+          const std::vector<float> v = src.read_expert_f32(s, e);
+          write_quantized(w, pool, p.type, v.data(), s.shape[1], cols);
+        }
+      } else {
+        const std::vector<float> v = src.read_f32(s);
+        write_quantized(w, pool, p.type, v.data(), rows, cols);
+      }
+      return;
+  }
+}
+
+}  // namespace
+
+std::string default_tokenizer_path(const ModelSource& src) {
+  if (is_directory(src.path())) {
+    const std::string json = src.path() + "/tokenizer.json";
+    return file_exists(json) ? json : "";
+  }
+  if (src.format() == "gguf" && gguf::File(src.path()).has("tokenizer.ggml.tokens")) return src.path();
+  return "";
+}
+
+GgufExportStats export_gguf(const ModelSource& src, const std::string& out_path, const GgufExportOptions& opts) {
+  const ModelConfig& c = src.config();
+  gguf::Writer meta;
+  write_config_metadata(c, meta);
+  meta.set_string("general.name", opts.name);
+  GgufExportStats stats;
+  if (!opts.tokenizer.empty()) {
+    const Tokenizer tok = Tokenizer::load(opts.tokenizer);
+    tok.write_gguf_metadata(meta);
+    stats.tokenizer_tokens = tok.vocab_size();
+  }
+  if (opts.chat_template) {
+    std::string tmpl(synth_data::kDeepSeekV4ChatTemplate);
+    if (src.format() == "gguf")
+      if (const gguf::File f(src.path()); f.has("tokenizer.chat_template")) tmpl = f.get_string("tokenizer.chat_template");
+    meta.set_string("tokenizer.chat_template", tmpl);
+  }
+  std::vector<Plan> plans;
+  std::vector<gguf::TensorDecl> decls;
+  for (const auto& s : model_tensor_specs(c, 0, c.n_layers, true, true)) {
+    plans.push_back(plan_tensor(src, s, opts));
+    decls.push_back({gguf_tensor_name(s), plans.back().type, std::vector<int64_t>(s.shape.rbegin(), s.shape.rend())});
+  }
+  gguf::StreamWriter w(out_path, meta, std::move(decls));
+  ThreadPool pool;
+  for (const auto& p : plans) {
+    write_tensor(src, p, w, pool);
+    HS_CHECK(w.current() > stats.tensors, "internal: tensor ", p.spec.name, " written short");
+    ++stats.tensors;
+    stats.repacked_fp4 += p.path == Path::RepackFp4;
+    stats.copied += p.path == Path::Copy;
+    stats.quantized += p.path == Path::Quantize;
+    if (opts.progress) opts.progress(stats.tensors, plans.size());
+  }
+  w.finish();
+  return stats;
 }
 
 }  // namespace hs

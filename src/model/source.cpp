@@ -18,6 +18,14 @@ std::unique_ptr<ModelSource> ModelSource::open(const std::string& path) {
   return open_gguf_source(path);
 }
 
+std::vector<float> ModelSource::read_expert_f32(const TensorSpec& spec, int64_t expert) const {
+  HS_CHECK(spec.role == TensorRole::Experts && expert >= 0 && expert < spec.shape[0], "tensor ", spec.name,
+           ": no expert ", expert, " (", shape_str(spec.shape), ")");
+  const std::vector<float> all = read_f32(spec);
+  const int64_t per = spec.shape[1] * spec.shape[2];
+  return std::vector<float>(all.begin() + expert * per, all.begin() + (expert + 1) * per);
+}
+
 std::vector<std::string> ModelSource::validate(int begin, int end, bool with_embed, bool with_head) const {
   std::vector<std::string> problems;
   for (const auto& spec : model_tensor_specs(config_, begin, end, with_embed, with_head)) {

@@ -5,13 +5,30 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "format/ggml_types.h"
 #include "model/config.h"
 #include "model/tensors.h"
 
 namespace hs {
+
+// Stored bytes a GGUF writer can copy unchanged: a GGUF source's tensor data (the mapping's).
+struct RawGgufTensor {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* data = nullptr;
+  uint64_t nbytes = 0;
+};
+
+// One official FP4 expert matrix [rows, cols] as stored (pointers into the mapping): E2M1 codes
+// two per byte (element 2j in the low nibble) and one E8M0 scale per 32 elements of a row.
+struct Fp4Matrix {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  int64_t rows = 0, cols = 0;
+};
 
 struct StoredTensor {
   std::string name;
@@ -35,6 +52,12 @@ class ModelSource {
   virtual void check(const TensorSpec& spec) const = 0;
   virtual std::vector<float> read_f32(const TensorSpec& spec) const = 0;
   virtual std::vector<int32_t> read_i32(const TensorSpec& spec) const = 0;
+  // One matrix [out, in] of an Experts stack, so converters need not hold a whole stack
+  // (8.6 GB of f32 per Flash layer). The default slices read_f32.
+  virtual std::vector<float> read_expert_f32(const TensorSpec& spec, int64_t expert) const;
+  // Raw access for lossless conversion; nullopt where the source does not store it that way.
+  virtual std::optional<RawGgufTensor> raw_gguf(const TensorSpec&) const { return std::nullopt; }
+  virtual std::optional<Fp4Matrix> fp4_expert(const TensorSpec&, int64_t) const { return std::nullopt; }
   // Storage type name of a tensor of the inventory ("" when absent), for inspect.
   virtual std::string storage_type(const TensorSpec& spec) const = 0;
 

@@ -1,6 +1,9 @@
 // GGUF sources (general.architecture = deepseek4): llama.cpp / Unsloth / antirez / Lucebox
-// files and our own exports. Tensor names are the canonical names plus ".weight" (".bias"
-// for exp_probs_b); a bare name is accepted too. Shapes are GGUF ne (innermost first).
+// files and our own exports (gguf-ds4.md §1-2, quant-formats.md §5). Tensor names are the
+// canonical names plus ".weight" (".bias" for exp_probs_b); a bare name is accepted too.
+// Shapes are GGUF ne (innermost first). Tensors outside the inventory (an MTP block as
+// blk.43.* or mtp.0.*, extra metadata tensors) are ignored. Vectors and HC projections may be
+// F32, F16 or BF16; tid2eid I32 (or I64); matrices and experts any type with a dequantizer.
 #include <cstring>
 
 #include "format/gguf.h"
@@ -13,6 +16,15 @@ namespace hs {
 namespace {
 
 bool is_plain_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
+// "F32, F16, BF16, Q4_0, ...": every GGML type hyperstream can read weights from.
+std::string readable_types() {
+  std::string s;
+  for (uint32_t id = 0; id < 256; ++id)
+    if (auto info = ggml_type_info(id); info && type_has_dequantizer(info->type))
+      s += cat(s.empty() ? "" : ", ", info->name, " (", id, ")");
+  return s;
+}
 
 class GgufSource : public ModelSource {
  public:
@@ -39,37 +51,46 @@ class GgufSource : public ModelSource {
 
   void check(const TensorSpec& spec) const override {
     const gguf::TensorInfo* t = find(spec);
-    HS_CHECK(t, path_, ": missing tensor ", spec.name, ".weight");
+    HS_CHECK(t, path_, ": missing tensor ", spec.name, spec.name.ends_with("exp_probs_b") ? ".bias" : ".weight");
     std::vector<int64_t> shape(t->ne.rbegin(), t->ne.rend());
     HS_CHECK(shape == spec.shape, path_, ": tensor ", t->name, ": shape ", shape_str(shape), " (ne reversed), expected ",
              shape_str(spec.shape));
+    const auto bad_type = [&](const char* expected) {
+      fail(path_, ": tensor ", t->name, ": type ", ggml_type_name(t->type), ", expected ", expected);
+    };
     switch (spec.role) {
       case TensorRole::TokenTable:
-        HS_CHECK(t->type == GgmlType::I32, path_, ": tensor ", t->name, ": type ", ggml_type_name(t->type),
-                 ", expected I32");
+        if (t->type != GgmlType::I32 && t->type != GgmlType::I64) bad_type("I32 (or I64)");
         break;
       case TensorRole::Vector:
       case TensorRole::HcFn:
-        HS_CHECK(is_plain_float(t->type), path_, ": tensor ", t->name, ": type ", ggml_type_name(t->type),
-                 ", expected F32, F16 or BF16");
+        if (!is_plain_float(t->type)) bad_type("F32, F16 or BF16");
         break;
       case TensorRole::Matrix:
       case TensorRole::Experts:
-        HS_CHECK(type_has_dequantizer(t->type), path_, ": tensor ", t->name, ": type ", ggml_type_name(t->type),
-                 " is not supported for weight matrices");
+        if (!type_has_dequantizer(t->type)) bad_type("a weight type with a dequantizer (see docs/formats.md)");
         break;
     }
   }
 
   std::vector<float> read_f32(const TensorSpec& spec) const override {
     check(spec);
-    const gguf::TensorInfo* t = find(spec);
     HS_CHECK(spec.role != TensorRole::TokenTable, "tensor ", spec.name, " is an integer table");
+    const gguf::TensorInfo* t = find(spec);
     std::vector<float> out(static_cast<size_t>(spec.n_elements()));
-    const int64_t row = t->ne[0], rows = spec.n_elements() / row;
-    const int64_t row_bytes = ggml_row_bytes(t->type, row);
-    const uint8_t* data = f_.tensor_data(*t);
-    for (int64_t r = 0; r < rows; ++r) dequantize_row(t->type, data + r * row_bytes, out.data() + r * row, row);
+    dequantize_rows(*t, f_.tensor_data(*t), out.data(), spec.n_elements() / t->ne[0]);
+    return out;
+  }
+
+  std::vector<float> read_expert_f32(const TensorSpec& spec, int64_t expert) const override {
+    check(spec);
+    HS_CHECK(spec.role == TensorRole::Experts && expert >= 0 && expert < spec.shape[0], "tensor ", spec.name,
+             ": no expert ", expert, " (", shape_str(spec.shape), ")");
+    const gguf::TensorInfo* t = find(spec);
+    const int64_t rows = spec.shape[1];
+    std::vector<float> out(static_cast<size_t>(rows * spec.shape[2]));
+    const uint64_t bytes = static_cast<uint64_t>(ggml_row_bytes(t->type, t->ne[0]) * rows);
+    dequantize_rows(*t, f_.tensor_data(*t) + static_cast<uint64_t>(expert) * bytes, out.data(), rows);
     return out;
   }
 
@@ -78,14 +99,28 @@ class GgufSource : public ModelSource {
     const gguf::TensorInfo* t = find(spec);
     HS_CHECK(spec.role == TensorRole::TokenTable, "tensor ", spec.name, " is not an integer table");
     std::vector<int32_t> out(static_cast<size_t>(spec.n_elements()));
-    std::memcpy(out.data(), f_.tensor_data(*t), out.size() * 4);
-    for (size_t i = 0; i < out.size(); ++i)
-      HS_CHECK(out[i] >= 0 && out[i] < config_.n_experts, path_, ": tensor ", t->name, ": entry ", i, " = ", out[i],
+    const uint8_t* data = f_.tensor_data(*t);
+    for (size_t i = 0; i < out.size(); ++i) {
+      int64_t v = 0;
+      if (t->type == GgmlType::I64) {
+        std::memcpy(&v, data + 8 * i, 8);
+      } else {
+        int32_t x;
+        std::memcpy(&x, data + 4 * i, 4);
+        v = x;
+      }
+      HS_CHECK(v >= 0 && v < config_.n_experts, path_, ": tensor ", t->name, ": entry ", i, " = ", v,
                " is not an expert id in [0, ", config_.n_experts, ")");
+      out[i] = static_cast<int32_t>(v);
+    }
     return out;
   }
 
-  const gguf::File& file() const { return f_; }
+  std::optional<RawGgufTensor> raw_gguf(const TensorSpec& spec) const override {
+    check(spec);
+    const gguf::TensorInfo* t = find(spec);
+    return RawGgufTensor{t->type, f_.tensor_data(*t), t->nbytes};
+  }
 
  private:
   const gguf::TensorInfo* find(const TensorSpec& spec) const {
@@ -94,11 +129,32 @@ class GgufSource : public ModelSource {
     return nullptr;
   }
 
+  // Errors from the block decoders (a ROCm NaN scale byte) get the tensor and row named.
+  void dequantize_rows(const gguf::TensorInfo& t, const uint8_t* data, float* out, int64_t rows) const {
+    const int64_t row = t.ne[0], row_bytes = ggml_row_bytes(t.type, row);
+    int64_t r = 0;
+    try {
+      for (; r < rows; ++r) dequantize_row(t.type, data + r * row_bytes, out + r * row, row);
+    } catch (const Error& e) {
+      fail(path_, ": tensor ", t.name, ": row ", r, ": ", e.what());
+    }
+  }
+
   gguf::File f_;
 };
 
 }  // namespace
 
-std::unique_ptr<ModelSource> open_gguf_source(const std::string& path) { return std::make_unique<GgufSource>(path); }
+std::unique_ptr<ModelSource> open_gguf_source(const std::string& path) {
+  try {
+    return std::make_unique<GgufSource>(path);
+  } catch (const Error& e) {
+    // The reader names the tensor and the id it found; say which ids would have been read.
+    const std::string what = e.what();
+    if (what.find("unknown GGML type id") != std::string::npos)
+      fail(what, "; expected one of ", readable_types(), ", or I32/I64 for tid2eid");
+    throw;
+  }
+}
 
 }  // namespace hs

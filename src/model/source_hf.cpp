@@ -129,6 +129,35 @@ class HfSource : public ModelSource {
     return out;
   }
 
+  std::vector<float> read_expert_f32(const TensorSpec& spec, int64_t e) const override {
+    HS_CHECK(spec.role == TensorRole::Experts && e >= 0 && e < spec.shape[0], "tensor ", spec.name, ": no expert ", e,
+             " (", shape_str(spec.shape), ")");
+    const int64_t rows = spec.shape[1], cols = spec.shape[2];
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    if (official_) {
+      check_matrix(stored_name(spec, e), {rows, cols}, true);
+      read_matrix(stored_name(spec, e), rows, cols, out.data());
+      return out;
+    }
+    check(spec);
+    const st::Tensor& t = get(spec.hf);  // [E, rows_total, cols]: this expert's rows are contiguous
+    st::Tensor part = t;
+    const int64_t first = e * t.shape[1] + spec.hf_rows_begin;
+    part.data += first * cols * static_cast<int64_t>(st::dtype_size(t.dtype));
+    plain_to_f32(part, out.data(), rows * cols);
+    return out;
+  }
+
+  std::optional<Fp4Matrix> fp4_expert(const TensorSpec& spec, int64_t e) const override {
+    if (!official_ || spec.role != TensorRole::Experts || e < 0 || e >= spec.shape[0]) return std::nullopt;
+    const std::string name = stored_name(spec, e);
+    const st::Tensor* t = st_.find(name);
+    const st::Tensor* s = st_.find(scale_name(name));
+    if (!t || !s || (t->dtype != DType::I8 && t->dtype != DType::U8) || s->dtype != DType::F8_E8M0) return std::nullopt;
+    check_matrix(name, {spec.shape[1], spec.shape[2]}, true);  // shapes of codes and scales
+    return Fp4Matrix{t->data, s->data, spec.shape[1], spec.shape[2]};
+  }
+
   std::vector<int32_t> read_i32(const TensorSpec& spec) const override {
     check(spec);
     HS_CHECK(spec.role == TensorRole::TokenTable, "tensor ", spec.name, " is not an integer table");

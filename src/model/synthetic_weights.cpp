@@ -6,6 +6,7 @@
 
 #include "format/quants.h"
 #include "model/synthetic_impl.h"
+#include "model/tensor_names.h"
 #include "util/error.h"
 #include "util/fp.h"
 
@@ -87,9 +88,7 @@ Storage storage_of(const TensorSpec& s, Quant q) {
   return st;
 }
 
-std::string gguf_name(const TensorSpec& spec) {
-  return spec.name + (ends_with(spec.name, "exp_probs_b") ? ".bias" : ".weight");
-}
+std::string gguf_name(const TensorSpec& spec) { return gguf_tensor_name(spec); }
 
 TensorGen::TensorGen(const TensorSpec& spec, Quant q, uint64_t seed)
     : storage_(storage_of(spec, q)), key_(tensor_key(spec.name, seed)) {
