@@ -2,8 +2,13 @@
 // measured device-to-device copy. Not run by CI (it needs a GPU); see docs/performance.md.
 //
 //   bench_matvec_cuda [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants]
+//                     [--gguf [--quants DIR]]
 //
 // --variants also times the batch-1 kernel with 1, 2 and 4 rows per warp (graph replay).
+// --gguf times every GGUF block type instead (upload_gguf_weight: the generic GGML_BLOCK
+// kernels of matvec_ggml.cu; Q8_0 and MXFP4 both repacked and as blocks, "/gen"), batch 1, at
+// the expert shapes and wq_b. Weights tile the valid blocks of the quant fixtures in DIR
+// (default tests/data/quants, relative to the repository root).
 //
 // Each configuration rotates over enough copies of the weight that their total is well above
 // the L2 size (so the reads come from HBM), is warmed up, and is timed with CUDA events over
@@ -18,6 +23,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -103,6 +110,7 @@ Weight make_weight(hc::DeviceContext& ctx, hc::WType t, int64_t rows, int64_t co
       fill(ctx, w.data.data(), db, seed, 0);
       fill(ctx, w.scales.data(), sb, seed + 1, 2, 110, 26);
       break;
+    case hc::WType::GGML_BLOCK: break;  // --gguf uploads real blocks (bench_gguf)
   }
   w.view.data = w.data.data();
   w.view.scales = sb > 0 ? w.scales.data() : nullptr;
@@ -144,13 +152,99 @@ float time_ms(hc::DeviceContext& ctx, int warm, int reps, F&& fn) {
   return median(ms);
 }
 
+// Per-launch milliseconds of pass() (one launch per weight copy, `copies` of them) replayed from
+// a CUDA graph (what a captured decode step sees: no host launch overhead between kernels).
+template <typename F>
+double graph_ms_per_launch(hc::DeviceContext& ctx, int reps, int copies, F&& pass) {
+  pass();  // first use outside the capture (kernel attributes, occupancy cache)
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  HS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed));
+  pass();
+  HS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
+  HS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double per = time_ms(ctx, 2, reps, [&] { HS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream())); }) / copies;
+  HS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  HS_CUDA_CHECK(cudaGraphDestroy(graph));
+  return per;
+}
+
+// --gguf: batch-1 matvec of every GGUF block type, weights tiled from the quant fixtures.
+void bench_gguf(hc::DeviceContext& ctx, int reps, double copy_gbs, const std::string& quants, const std::string& only,
+                const std::string& shape_filter) {
+  struct Shape {
+    int64_t out, in;
+    const char* what;
+  };
+  const Shape shapes[] = {{2048, 4096, "w1/w3 (expert)"}, {4096, 2048, "w2 (expert)"}, {32768, 1024, "wq_b"}};
+  const hs::GgmlType types[] = {
+      hs::GgmlType::Q8_0,    hs::GgmlType::MXFP4,  hs::GgmlType::Q4_0,         hs::GgmlType::Q4_1,
+      hs::GgmlType::Q5_0,    hs::GgmlType::Q5_1,   hs::GgmlType::IQ4_NL,       hs::GgmlType::Q2_K,
+      hs::GgmlType::Q3_K,    hs::GgmlType::Q4_K,   hs::GgmlType::Q5_K,         hs::GgmlType::Q6_K,
+      hs::GgmlType::Q8_K,    hs::GgmlType::IQ2_XXS, hs::GgmlType::IQ2_XS,      hs::GgmlType::IQ2_S,
+      hs::GgmlType::IQ3_XXS, hs::GgmlType::IQ3_S,  hs::GgmlType::IQ1_S,        hs::GgmlType::IQ1_M,
+      hs::GgmlType::IQ4_XS,  hs::GgmlType::Q4_0_ROCMFP4, hs::GgmlType::Q4_0_ROCMFP4_FAST,
+      hs::GgmlType::Q6_0_ROCMFPX, hs::GgmlType::Q8_0_ROCMFPX, hs::GgmlType::Q3_0_ROCMFPX, hs::GgmlType::Q2_0_ROCMFP2};
+  const size_t rotate_bytes = size_t{512} << 20;  // > 8x the L2
+  std::printf("| type | path | shape (out x in) | tensor | MB/launch | us/launch (graph) | GB/s | %% of copy |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  hc::DeviceBuffer x, y;
+  for (hs::GgmlType t : types) {
+    const std::string name = hs::ggml_type_name(t);
+    if (!only.empty() && only != name) continue;
+    std::ifstream f(quants + "/" + name + ".bin", std::ios::binary);
+    const std::vector<uint8_t> blocks((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    HS_CHECK(!blocks.empty(), "no fixture ", quants, "/", name, ".bin (--quants DIR)");
+    for (const bool keep : {false, true}) {
+      if (!keep && t != hs::GgmlType::Q8_0 && t != hs::GgmlType::MXFP4) continue;  // only these have a fast path
+      for (const Shape& s : shapes) {
+        if (!shape_filter.empty() && shape_filter != s.what) continue;
+        const int64_t wbytes = hs::ggml_row_bytes(t, s.in) * s.out;
+        std::vector<uint8_t> host(static_cast<size_t>(wbytes));
+        for (size_t i = 0; i < host.size(); i += blocks.size())
+          std::memcpy(host.data() + i, blocks.data(), std::min(blocks.size(), host.size() - i));
+        const int copies = static_cast<int>(std::clamp<size_t>((rotate_bytes + wbytes - 1) / wbytes, 1, 128));
+        std::vector<hc::DeviceWeight> ws;
+        ws.push_back(hc::upload_gguf_weight(ctx, t, host.data(), s.out, s.in, keep));
+        for (int c = 1; c < copies; ++c) {  // device copies of the first (the same bytes, other addresses)
+          hc::DeviceWeight w;
+          w.view = ws[0].view;
+          w.data = ctx.alloc(ws[0].data.bytes());
+          ctx.copy(w.data.data(), ws[0].data.data(), ws[0].data.bytes());
+          w.view.data = w.data.data();
+          if (ws[0].scales.bytes() > 0) {
+            w.scales = ctx.alloc(ws[0].scales.bytes());
+            ctx.copy(w.scales.data(), ws[0].scales.data(), ws[0].scales.bytes());
+            w.view.scales = w.scales.data();
+          }
+          ws.push_back(std::move(w));
+        }
+        x = ctx.alloc(static_cast<size_t>(s.in) * 4);
+        y = ctx.alloc(static_cast<size_t>(s.out) * 4);
+        fill(ctx, x.data(), s.in * 4, 77, 3);
+        const double per = graph_ms_per_launch(ctx, reps, copies, [&] {
+          for (const auto& w : ws) hc::matmul(ctx, w.view, x.as<float>(), 1, y.as<float>());
+        });
+        const double bytes = static_cast<double>(wbytes) + 4.0 * (s.in + s.out);
+        const double gbs = bytes / (per * 1e-3) / 1e9;
+        std::printf("| %s | %s | %lldx%lld | %s | %.2f | %.2f | %.0f | %.0f%% |\n", name.c_str(),
+                    keep || (t != hs::GgmlType::Q8_0 && t != hs::GgmlType::MXFP4) ? "generic" : "fast",
+                    static_cast<long long>(s.out), static_cast<long long>(s.in), s.what, bytes / 1e6, per * 1e3, gbs,
+                    100.0 * gbs / copy_gbs);
+        std::fflush(stdout);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int reps = 30, device = 0;
   bool quick = false;
   std::string only, shape_filter;
-  bool variants = false;
+  bool variants = false, gguf = false;
+  std::string quants = "tests/data/quants";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = std::atoi(argv[++i]);
@@ -158,8 +252,13 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) shape_filter = argv[++i];
     else if (!std::strcmp(argv[i], "--variants")) variants = true;
+    else if (!std::strcmp(argv[i], "--gguf")) gguf = true;
+    else if (!std::strcmp(argv[i], "--quants") && i + 1 < argc) quants = argv[++i];
     else {
-      std::fprintf(stderr, "usage: %s [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants] [--gguf "
+                   "[--quants DIR]]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -181,6 +280,10 @@ int main(int argc, char** argv) {
     std::printf("device-to-device copy: %.1f GB/s (read + write, 1 GiB, median of %d)\n\n", copy_gbs, reps);
     src.reset();
     dst.reset();
+    if (gguf) {
+      bench_gguf(ctx, reps, copy_gbs, quants, only, shape_filter);
+      return 0;
+    }
 
     struct Shape {
       int64_t out, in;
@@ -227,22 +330,7 @@ int main(int argc, char** argv) {
               else hc::matvec_variant(ctx, v, x.as<float>(), n, y.as<float>(), rpw);
             }
           };
-          // Replayed from a CUDA graph (what a captured decode step sees: no host launch
-          // overhead between kernels); per launch.
-          auto graph_per = [&](int rpw) {
-            pass_with(rpw);  // first use outside the capture (kernel attributes, occupancy cache)
-            cudaGraph_t graph;
-            cudaGraphExec_t exec;
-            HS_CUDA_CHECK(cudaStreamBeginCapture(ctx.stream(), cudaStreamCaptureModeRelaxed));
-            pass_with(rpw);
-            HS_CUDA_CHECK(cudaStreamEndCapture(ctx.stream(), &graph));
-            HS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-            const double per =
-                time_ms(ctx, 2, reps, [&] { HS_CUDA_CHECK(cudaGraphLaunch(exec, ctx.stream())); }) / copies;
-            HS_CUDA_CHECK(cudaGraphExecDestroy(exec));
-            HS_CUDA_CHECK(cudaGraphDestroy(graph));
-            return per;
-          };
+          auto graph_per = [&](int rpw) { return graph_ms_per_launch(ctx, reps, copies, [&] { pass_with(rpw); }); };
           const double stream_per = time_ms(ctx, 2, reps, [&] { pass_with(-1); }) / copies;
           const double per = graph_per(-1);
           if (variants && n == 1) {

@@ -10,6 +10,9 @@
 //
 // n > 8 (prefill): tiles of W are dequantized to bf16 (or f32) in the scratch arena and
 // multiplied with cuBLAS.
+//
+// GGML_BLOCK weights (GGUF blocks as stored) take the generic kernels of matvec_ggml.cu for
+// both the streaming matvec and the tile dequantisation.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -242,7 +245,9 @@ void matvec_dispatch(DeviceContext& ctx, const WeightView& W, const float* x, in
                      int64_t ldy, int groups, int64_t rows_per_group, int64_t x_group, int rpw = 0) {
   // Columns go in batches small enough for x to fit in shared memory (x: batch * cols floats).
   const size_t optin = ctx.props().sharedMemPerBlockOptin;
-  const int64_t fit = static_cast<int64_t>((optin - 4096) / (static_cast<size_t>(W.cols) * sizeof(float)));
+  const size_t reserve = W.type == WType::GGML_BLOCK ? ggml_matvec_smem_reserve(W.ggml) : 4096;
+  const int64_t fit =
+      optin > reserve ? static_cast<int64_t>((optin - reserve) / (static_cast<size_t>(W.cols) * sizeof(float))) : 0;
   HS_CHECK(fit >= 1, "matvec: input width ", W.cols, " does not fit in shared memory");
   const int64_t cap = fit >= 8 ? 8 : fit >= 4 ? 4 : fit >= 2 ? 2 : 1;  // the kernels take 1, 2, 4 or 8 columns
   for (int64_t t0 = 0; t0 < n;) {
@@ -265,6 +270,7 @@ void matvec_dispatch(DeviceContext& ctx, const WeightView& W, const float* x, in
       case WType::Q8_0: launch_matvec<WType::Q8_0>(ctx, a, groups, rpw); break;
       case WType::FP8_B128: launch_matvec<WType::FP8_B128>(ctx, a, groups, rpw); break;
       case WType::MXFP4: launch_matvec<WType::MXFP4>(ctx, a, groups, rpw); break;
+      case WType::GGML_BLOCK: ggml_matvec(ctx, W, a.x, nb, a.y, ldx, ldy, groups, rows_per_group, x_group); break;
     }
     t0 += nb;
   }
@@ -313,6 +319,7 @@ __global__ void dequant_kernel(const uint8_t* w, const uint8_t* s, int64_t cols,
 
 template <typename OutT>
 void dequant_launch(DeviceContext& ctx, const WeightView& W, const int32_t* rows, int64_t r0, int64_t n, OutT* out) {
+  if (W.type == WType::GGML_BLOCK) return ggml_dequant(ctx, W, rows, r0, n, out, sizeof(OutT) == 2);
   const auto* w = static_cast<const uint8_t*>(W.data);
   const auto* s = static_cast<const uint8_t*>(W.scales);
   const int threads = 256;
@@ -324,6 +331,7 @@ void dequant_launch(DeviceContext& ctx, const WeightView& W, const int32_t* rows
     case WType::Q8_0: e = WTraits<WType::Q8_0>::E; break;
     case WType::FP8_B128: e = WTraits<WType::FP8_B128>::E; break;
     case WType::MXFP4: e = WTraits<WType::MXFP4>::E; break;
+    case WType::GGML_BLOCK: break;  // handled above
   }
   const unsigned grid = grid_for(n * (W.cols / e), threads);
   auto st = ctx.stream();
@@ -336,6 +344,7 @@ void dequant_launch(DeviceContext& ctx, const WeightView& W, const int32_t* rows
       dequant_kernel<WType::FP8_B128><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out);
       break;
     case WType::MXFP4: dequant_kernel<WType::MXFP4><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out); break;
+    case WType::GGML_BLOCK: break;  // handled above
   }
   HS_CUDA_CHECK_LAUNCH();
 }
@@ -357,6 +366,11 @@ void check_weight(const WeightView& W) {
   if (W.type == WType::F16 || W.type == WType::BF16) e = 8;
   if (W.type == WType::FP8_B128) e = 16;
   if (W.type == WType::Q8_0 || W.type == WType::MXFP4) e = 32;
+  if (W.type == WType::GGML_BLOCK) {
+    HS_CHECK(ggml_block_supported(W.ggml), "matmul: no CUDA decoder for GGUF blocks of type ",
+             ggml_type_info(static_cast<uint32_t>(W.ggml)) ? ggml_type_name(W.ggml) : "(unknown)");
+    e = ggml_type_info(W.ggml).block_elems;
+  }
   HS_CHECK(W.cols % e == 0, "matmul: ", wtype_name(W.type), " needs an input width that is a multiple of ", e,
            ", got ", W.cols);
 }

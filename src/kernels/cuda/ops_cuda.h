@@ -22,11 +22,17 @@ namespace hs::cuda {
 //   MXFP4           data: [rows, cols/2] bytes, 16 per 32-element block in GGUF's split-half
 //                   nibble order (byte j = element j | element j+16 << 4); scales: e8m0
 //                   [rows, cols/32] (ggml's half scale: value = K_FP4[code] * 2^(e-128)).
-enum class WType : uint8_t { F32, F16, BF16, Q8_0, FP8_B128, MXFP4 };
+//   GGML_BLOCK      data: the GGUF bytes as they are, rows of cols/block_elems blocks of type
+//                   `ggml` (every block type of shared/docs/quant-formats.md: Q4_0..Q8_0,
+//                   K-quants, i-quants, MXFP4, the Lucebox ROCm types); no scales plane.
+//                   Decoded by the generic kernels of matvec_ggml.cu (quant_decode.cuh),
+//                   bit-exactly as format/quants.h dequantize_row.
+enum class WType : uint8_t { F32, F16, BF16, Q8_0, FP8_B128, MXFP4, GGML_BLOCK };
 const char* wtype_name(WType t);
 
 struct WeightView {
   WType type = WType::F32;
+  GgmlType ggml = GgmlType::F32;  // the block type when type == GGML_BLOCK
   int64_t rows = 0, cols = 0;
   const void* data = nullptr;
   const void* scales = nullptr;
@@ -42,9 +48,15 @@ struct DeviceWeight {
   WeightView view;
 };
 
-// Upload a GGUF tensor [rows, cols] (host bytes in GGUF layout) for types F32, F16, BF16, Q8_0
-// and MXFP4; Q8_0/MXFP4 blocks are split into the planes above on the device.
-DeviceWeight upload_gguf_weight(DeviceContext& ctx, GgmlType type, const void* host, int64_t rows, int64_t cols);
+// Upload a GGUF tensor [rows, cols] (host bytes in GGUF layout). F32, F16, BF16 are stored as
+// is; Q8_0 and MXFP4 blocks are split into the planes above on the device (their fast kernels);
+// every other block type with a device decoder is stored as GGML_BLOCK. keep_blocks: store Q8_0
+// and MXFP4 as GGML_BLOCK too (the generic path; tests and benchmarks). Throws for types
+// without a CUDA decoder and for Lucebox blocks with an invalid scale byte (> 0x7E).
+DeviceWeight upload_gguf_weight(DeviceContext& ctx, GgmlType type, const void* host, int64_t rows, int64_t cols,
+                                bool keep_blocks = false);
+// Whether upload_gguf_weight accepts `type`.
+bool cuda_supports_gguf_type(GgmlType type);
 // Upload an official FP8 weight: e4m3 bytes [rows, cols] and e8m0 scales [ceil(rows/128), ceil(cols/128)] (host).
 DeviceWeight upload_fp8_weight(DeviceContext& ctx, const uint8_t* host_w, const uint8_t* host_scales, int64_t rows,
                                int64_t cols);
@@ -70,7 +82,8 @@ void grouped_matmul(DeviceContext& ctx, const WeightView& W, int groups, const f
 // Largest n served by the weight-streaming kernels (above it, matmul takes the tiled path).
 constexpr int64_t kMatvecMaxCols = 8;
 // Tuning and validation hook: the weight-streaming path (n <= 8, contiguous x/y) with R rows
-// per warp for n == 1 (R = 1, 2 or 4; 0 = automatic, as matmul chooses).
+// per warp for n == 1 (R = 1, 2 or 4; 0 = automatic, as matmul chooses). GGML_BLOCK weights
+// have one kernel shape (one row per warp) and ignore R.
 void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int rows_per_warp);
 
 // ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/weights.cuh"
 
 namespace hs::cuda {
 
@@ -17,6 +18,7 @@ const char* wtype_name(WType t) {
     case WType::Q8_0: return "Q8_0";
     case WType::FP8_B128: return "FP8_B128";
     case WType::MXFP4: return "MXFP4";
+    case WType::GGML_BLOCK: return "GGML_BLOCK";
   }
   return "?";
 }
@@ -29,6 +31,7 @@ int64_t WeightView::data_bytes() const {
     case WType::Q8_0:
     case WType::FP8_B128: return rows * cols;
     case WType::MXFP4: return rows * cols / 2;
+    case WType::GGML_BLOCK: return rows * ggml_row_bytes(ggml, cols);
   }
   return 0;
 }
@@ -91,7 +94,12 @@ __global__ void repack_mxfp4_kernel(const uint8_t* src, int64_t n_blocks, uint8_
 
 }  // namespace
 
-DeviceWeight upload_gguf_weight(DeviceContext& ctx, GgmlType type, const void* host, int64_t rows, int64_t cols) {
+bool cuda_supports_gguf_type(GgmlType type) {
+  return type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16 || ggml_block_supported(type);
+}
+
+DeviceWeight upload_gguf_weight(DeviceContext& ctx, GgmlType type, const void* host, int64_t rows, int64_t cols,
+                                bool keep_blocks) {
   HS_CHECK(rows > 0 && cols > 0, "upload_gguf_weight: empty tensor");
   DeviceGuard g(ctx.device());
   DeviceWeight dw;
@@ -101,11 +109,23 @@ DeviceWeight upload_gguf_weight(DeviceContext& ctx, GgmlType type, const void* h
     case GgmlType::F32: dw.view.type = WType::F32; break;
     case GgmlType::F16: dw.view.type = WType::F16; break;
     case GgmlType::BF16: dw.view.type = WType::BF16; break;
-    case GgmlType::Q8_0: dw.view.type = WType::Q8_0; break;
-    case GgmlType::MXFP4: dw.view.type = WType::MXFP4; break;
-    default: fail("the CUDA backend has no kernels for GGUF type ", ggml_type_name(type));
+    case GgmlType::Q8_0: dw.view.type = keep_blocks ? WType::GGML_BLOCK : WType::Q8_0; break;
+    case GgmlType::MXFP4: dw.view.type = keep_blocks ? WType::GGML_BLOCK : WType::MXFP4; break;
+    default:
+      HS_CHECK(ggml_block_supported(type), "the CUDA backend has no kernels for GGUF type ",
+               ggml_type_info(static_cast<uint32_t>(type)) ? ggml_type_name(type) : "(unknown)", " (id ",
+               static_cast<uint32_t>(type), ")");
+      dw.view.type = WType::GGML_BLOCK;
   }
+  dw.view.ggml = type;
   const int64_t src_bytes = ggml_row_bytes(type, cols) * rows;  // also checks cols % block
+  if (dw.view.type == WType::GGML_BLOCK) {  // the GGUF bytes as they are
+    ggml_block_validate(type, host, src_bytes / ggml_type_info(type).block_bytes);
+    dw.data = ctx.alloc(static_cast<size_t>(src_bytes));
+    ctx.upload(dw.data.data(), host, static_cast<size_t>(src_bytes));
+    dw.view.data = dw.data.data();
+    return dw;
+  }
   if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) {
     dw.data = ctx.alloc(static_cast<size_t>(src_bytes));
     ctx.upload(dw.data.data(), host, static_cast<size_t>(src_bytes));

@@ -163,4 +163,21 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
   return v;
 }
 
+// ---- GGML_BLOCK weights (matvec_ggml.cu): GGUF blocks decoded by quant_decode.cuh.
+
+// Whether `t` has a device decoder.
+bool ggml_block_supported(GgmlType t);
+// Throws hs::Error when a block of `t` cannot be decoded faithfully (a Lucebox scale byte
+// above 0x7E, which the CPU dequantizer refuses too). host: n_blocks GGUF blocks.
+void ggml_block_validate(GgmlType t, const void* host, int64_t n_blocks);
+// Shared memory the GGML_BLOCK matvec needs besides x (n * cols floats).
+size_t ggml_matvec_smem_reserve(GgmlType t);
+// One batch of matvec_dispatch for GGML_BLOCK: 1 <= n <= 8 columns whose x fits in shared
+// memory next to ggml_matvec_smem_reserve (same arguments as matvec_dispatch).
+void ggml_matvec(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int64_t ldx,
+                 int64_t ldy, int groups, int64_t rows_per_group, int64_t x_group);
+// dequant_launch for GGML_BLOCK: out [n, cols] as f32, or bf16 (round to nearest even) when bf16.
+void ggml_dequant(DeviceContext& ctx, const WeightView& W, const int32_t* rows, int64_t r0, int64_t n, void* out,
+                  bool bf16);
+
 }  // namespace hs::cuda::detail
