@@ -54,7 +54,9 @@ int cmd_logits(const Args& args) {
       {"device", true, "cpu (default)", "DEV"},
       {"numerics", true, "reference (f32, default) or model (bf16 activations, QAT round trips)", "MODE"},
       {"threads", true, "CPU threads (default: all cores)", "N"},
-      {"layer-split", true, "layers per shard, e.g. 3,3 (default: one shard)", "N,N,..."},
+      {"devices", true, "one device per shard, e.g. cpu,cpu or cuda:0,cuda:1 (default: --device for one shard)",
+       "D0,D1,..."},
+      {"layer-split", true, "layers per shard, e.g. 3,3 (default: an even split over --devices)", "N,N,..."},
       {"top", true, "also print the K most likely next tokens after the last position", "K"},
   };
   ParsedArgs a("logits", args, specs);
@@ -78,6 +80,11 @@ int cmd_logits(const Args& args) {
   opts.numerics = parse_numerics(a.get_or("numerics", "reference"));
   opts.threads = static_cast<int>(a.get_int("threads", 0));
   if (a.has("layer-split")) opts.layer_split = parse_split(*a.get("layer-split"));
+  if (a.has("devices")) {
+    std::stringstream ds(*a.get("devices"));
+    std::string d;
+    while (std::getline(ds, d, ',')) opts.devices.push_back(d);
+  }
   Engine eng(a.positionals()[0], opts);
   const int64_t V = eng.config().vocab_size;
   for (int64_t t = 0; t < T; ++t)

@@ -41,9 +41,17 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
              "power-of-two index_head_dim, this model has ", id, " (use --numerics reference)");
   }
   pool_ = std::make_unique<ThreadPool>(opts.threads);
-  ops_ = make_ops(opts.device, *pool_, opts.numerics);
+  std::vector<std::string> devices = opts.devices;
   std::vector<int> split = opts.layer_split;
-  if (split.empty()) split = {config_.n_layers};
+  if (devices.empty()) devices.assign(split.empty() ? 1 : split.size(), opts.device);
+  if (split.empty()) {  // an even split, at least one layer each
+    HS_CHECK(static_cast<int>(devices.size()) <= config_.n_layers, devices.size(), " devices for ", config_.n_layers,
+             " layers: every shard needs at least one layer");
+    for (size_t i = 0; i < devices.size(); ++i)
+      split.push_back(static_cast<int>((config_.n_layers * (i + 1)) / devices.size() - (config_.n_layers * i) / devices.size()));
+  }
+  HS_CHECK(split.size() == devices.size(), "--layer-split has ", split.size(), " entries but there are ",
+           devices.size(), " devices");
   int total = 0;
   for (int s : split) {
     HS_CHECK(s > 0, "layer split: every shard needs at least one layer");
@@ -52,11 +60,25 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   HS_CHECK(total == config_.n_layers, "layer split sums to ", total, " layers, the model has ", config_.n_layers);
   int begin = 0;
   for (size_t i = 0; i < split.size(); ++i) {
+    Ops* ops = nullptr;
+    for (auto& [name, o] : ops_)
+      if (name == devices[i]) ops = o.get();
+    if (!ops) {
+      ops_.emplace_back(devices[i], make_ops(devices[i], *pool_, opts.numerics));
+      ops = ops_.back().second.get();
+    }
     const int end = begin + split[i];
     ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size());
-    shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops_, opts.numerics));
+    shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops, opts.numerics));
     begin = end;
   }
+}
+
+const std::string& Engine::shard_device(int i) const {
+  const Ops* o = &shards_.at(static_cast<size_t>(i))->ops();
+  for (const auto& [name, ops] : ops_)
+    if (ops.get() == o) return name;
+  fail("internal: shard ", i, " has no device");
 }
 
 std::unique_ptr<Sequence> Engine::new_sequence() const {
@@ -72,22 +94,38 @@ void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits
   for (int64_t t = 0; t < n; ++t)
     HS_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, "token id ", tokens[t], " (input position ", t,
              ") is outside the vocabulary [0, ", config_.vocab_size, ")");
-  // The HC state handed from shard to shard, and the logits, in backend memory.
-  const size_t mark = ops_->mark();
+  // The HC state goes from shard to shard in backend memory; between backends it is staged
+  // through host memory. Every backend's scratch is returned at the end.
+  std::vector<size_t> marks;
+  for (auto& [name, o] : ops_) marks.push_back(o->mark());
+  auto release = [&] {
+    for (size_t i = 0; i < ops_.size(); ++i) ops_[i].second->release_to(marks[i]);
+  };
   const int64_t per = config_.hc_mult * config_.dim;
-  float* X = ops_->alloc(n * per);
-  const int64_t rows = all_positions ? n : 1;
-  float* dev_logits = ops_->alloc(rows * config_.vocab_size);
   try {
-    shards_.front()->embed(tokens, n, X);
-    for (size_t i = 0; i < shards_.size(); ++i) shards_[i]->forward(*seq.shards[i], tokens, n, X);
-    shards_.back()->logits(X + (n - rows) * per, rows, dev_logits);
-    ops_->download(logits, dev_logits, rows * config_.vocab_size);
+    Ops* cur = &shards_.front()->ops();
+    HcState X{cur->alloc(n * per), n, per, cur};
+    shards_.front()->embed(tokens, n, X.data);
+    for (size_t i = 0; i < shards_.size(); ++i) {
+      Ops& next = shards_[i]->ops();
+      if (&next != cur) {
+        staging_.resize(static_cast<size_t>(n * per));
+        cur->download(staging_.data(), X.data, n * per);
+        X = HcState{next.alloc(n * per), n, per, &next};
+        next.upload(X.data, staging_.data(), n * per);
+        cur = &next;
+      }
+      shards_[i]->forward(*seq.shards[i], tokens, n, X);
+    }
+    const int64_t rows = all_positions ? n : 1;
+    float* dev_logits = cur->alloc(rows * config_.vocab_size);
+    shards_.back()->logits(X.data + (n - rows) * per, rows, dev_logits);
+    cur->download(logits, dev_logits, rows * config_.vocab_size);
   } catch (...) {
-    ops_->release_to(mark);
+    release();
     throw;
   }
-  ops_->release_to(mark);
+  release();
 }
 
 std::vector<int64_t> parse_chunk_spec(const std::string& spec, int64_t total) {

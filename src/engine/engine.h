@@ -16,7 +16,10 @@ struct EngineOptions {
   std::string device = "cpu";     // "cpu" or "cuda:N"
   Numerics numerics = Numerics::Reference;
   int threads = 0;                // 0: all cores
-  std::vector<int> layer_split;   // layers per shard (sums to n_layers); empty: one shard
+  std::vector<int> layer_split;   // layers per shard (sums to n_layers); empty: one shard per device
+  // One device per shard ("cpu", "cuda:N"; the same device may appear twice). Empty: `device`
+  // for every shard.
+  std::vector<std::string> devices;
 };
 
 // The backend for a device name ("cpu", "cuda:N"); errors name the device.
@@ -40,6 +43,7 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   const ModelSource& source() const { return *source_; }
   int n_shards() const { return static_cast<int>(shards_.size()); }
+  const std::string& shard_device(int i) const;
 
   std::unique_ptr<Sequence> new_sequence() const;
   Shard& shard(int i) { return *shards_.at(static_cast<size_t>(i)); }
@@ -51,8 +55,9 @@ class Engine {
   std::unique_ptr<ModelSource> source_;
   ModelConfig config_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<Ops> ops_;
+  std::vector<std::pair<std::string, std::unique_ptr<Ops>>> ops_;  // one backend per distinct device
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<float> staging_;  // host copy of the HC state between shards on different backends
 };
 
 // "5,11,1" -> {5,11,1}; "k" -> chunks of k covering total. Errors name the spec.

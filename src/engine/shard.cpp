@@ -163,6 +163,16 @@ void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float*
   seq.n_past += n;
 }
 
+void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, const HcState& X) {
+  const int64_t width = config_.hc_mult * config_.dim;
+  HS_CHECK(X.data != nullptr, "shard [", w_.begin, ", ", w_.end, "): no HC state was handed over");
+  HS_CHECK(X.backend == &ops_, "shard [", w_.begin, ", ", w_.end, "): the HC state lives on backend ",
+           X.backend ? X.backend->name() : "?", ", not on this shard's ", ops_.name(), " backend");
+  HS_CHECK(X.n_tokens == n && X.width == width, "shard [", w_.begin, ", ", w_.end, "): HC state of ", X.n_tokens,
+           " x ", X.width, " floats handed over, expected ", n, " x ", width, " (n_tokens x hc*D)");
+  forward(seq, tokens, n, X.data);
+}
+
 void Shard::logits(const float* X, int64_t n, float* out) {
   HS_CHECK(w_.has_head, "internal: shard [", w_.begin, ", ", w_.end, ") does not own the output head");
   const size_t mark = ops_.mark();

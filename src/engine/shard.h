@@ -13,6 +13,16 @@
 
 namespace hs {
 
+// The HC state [n_tokens, hc, D] handed from one shard to the next, in the memory of the
+// backend that holds it. A shard refuses a state of the wrong size or from another backend:
+// nothing is ever resized, and nothing falls back to the embedding.
+struct HcState {
+  float* data = nullptr;
+  int64_t n_tokens = 0;
+  int64_t width = 0;  // hc * D
+  const Ops* backend = nullptr;
+};
+
 class Shard {
  public:
   Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics = Numerics::Reference);
@@ -30,6 +40,9 @@ class Shard {
   // Runs this shard's layers over n tokens at positions seq.n_past.., updating X in place and
   // the sequence state; advances seq.n_past. tokens drive the hash-routed layers.
   void forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X);
+  // The same, checking the handed-over state first (the pipeline's entry point).
+  void forward(SequenceState& seq, const int32_t* tokens, int64_t n, const HcState& X);
+  Ops& ops() const { return ops_; }
   // Called with the HC state entering each layer (for bisecting against reference dumps).
   using LayerObserver = std::function<void(int layer, const float* X, int64_t n)>;
   void set_layer_observer(LayerObserver f) { observer_ = std::move(f); }
