@@ -65,6 +65,21 @@ double ParsedArgs::get_double(const std::string& name, double dflt) const {
   return v ? parse_double("--" + name, *v) : dflt;
 }
 
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : s) {
+    if (c == ',') {
+      out.push_back(item);
+      item.clear();
+    } else {
+      item += c;
+    }
+  }
+  out.push_back(item);
+  return out;
+}
+
 long long parse_int(const std::string& what, const std::string& s) {
   errno = 0;
   char* end = nullptr;

@@ -45,6 +45,9 @@ void print_help(const std::string& command, const std::string& synopsis, const s
                 const std::vector<OptionSpec>& specs);
 
 long long parse_int(const std::string& what, const std::string& s);
+// "a,b,c" -> {"a","b","c"}
+std::vector<std::string> split_commas(const std::string& s);
+
 double parse_double(const std::string& what, const std::string& s);
 
 }  // namespace hs::cli

@@ -37,9 +37,7 @@ Numerics parse_numerics(const std::string& s) {
 
 std::vector<int> parse_split(const std::string& s) {
   std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(static_cast<int>(parse_int("--layer-split", item)));
+  for (const auto& item : split_commas(s)) out.push_back(static_cast<int>(parse_int("--layer-split", item)));
   return out;
 }
 
@@ -80,11 +78,7 @@ int cmd_logits(const Args& args) {
   opts.numerics = parse_numerics(a.get_or("numerics", "reference"));
   opts.threads = static_cast<int>(a.get_int("threads", 0));
   if (a.has("layer-split")) opts.layer_split = parse_split(*a.get("layer-split"));
-  if (a.has("devices")) {
-    std::stringstream ds(*a.get("devices"));
-    std::string d;
-    while (std::getline(ds, d, ',')) opts.devices.push_back(d);
-  }
+  if (a.has("devices")) opts.devices = split_commas(*a.get("devices"));
   Engine eng(a.positionals()[0], opts);
   const int64_t V = eng.config().vocab_size;
   for (int64_t t = 0; t < T; ++t)

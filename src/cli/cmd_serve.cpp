@@ -28,7 +28,9 @@ std::vector<OptionSpec> model_option_specs() {
       {"prefill-chunk", true, "prompt tokens per sequence per step (default 256)", "N"},
       {"threads", true, "CPU threads of the engine (default: all cores)", "N"},
       {"numerics", true, "reference (f32) or model (bf16 activations, QAT round trips; default for model files)", "MODE"},
-      {"device", true, "cpu (default)", "DEV"},
+      {"device", true, "cpu (default) or cuda:N", "DEV"},
+      {"devices", true, "one device per shard, e.g. cuda:0,cuda:1 (layer split; overrides --device)", "D0,D1,..."},
+      {"layer-split", true, "layers per shard, e.g. 22,21 (default: an even split over --devices)", "N,N,..."},
   };
 }
 
@@ -41,6 +43,10 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
   if (m.name) HS_CHECK(!m.name->empty(), "--model-name must not be empty");
   m.variant = a.get("chat-variant");
   m.engine.device = a.get_or("device", "cpu");
+  if (a.has("devices")) m.engine.devices = split_commas(*a.get("devices"));
+  if (a.has("layer-split"))
+    for (const auto& item : split_commas(*a.get("layer-split")))
+      m.engine.layer_split.push_back(static_cast<int>(parse_int("--layer-split", item)));
   m.engine.threads = static_cast<int>(a.get_int("threads", 0));
   HS_CHECK(m.engine.threads >= 0, "--threads must be at least 0");
   m.engine.numerics = server::parse_numerics(a.get_or("numerics", m.path ? "model" : "reference"));
