@@ -29,12 +29,6 @@ std::vector<int32_t> read_tokens(const std::string& path) {
   return out;
 }
 
-Numerics parse_numerics(const std::string& s) {
-  if (s == "reference") return Numerics::Reference;
-  if (s == "model") return Numerics::Model;
-  fail("--numerics: expected 'reference' or 'model', got '", s, "'");
-}
-
 std::vector<int> parse_split(const std::string& s) {
   std::vector<int> out;
   for (const auto& item : split_commas(s)) out.push_back(static_cast<int>(parse_int("--layer-split", item)));

@@ -49,7 +49,7 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
       m.engine.layer_split.push_back(static_cast<int>(parse_int("--layer-split", item)));
   m.engine.threads = static_cast<int>(a.get_int("threads", 0));
   HS_CHECK(m.engine.threads >= 0, "--threads must be at least 0");
-  m.engine.numerics = server::parse_numerics(a.get_or("numerics", m.path ? "model" : "reference"));
+  m.engine.numerics = parse_numerics(a.get_or("numerics", m.path ? "model" : "reference"));
   return m;
 }
 

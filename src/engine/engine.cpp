@@ -7,6 +7,12 @@
 
 namespace hs {
 
+Numerics parse_numerics(const std::string& s) {
+  if (s == "reference") return Numerics::Reference;
+  if (s == "model") return Numerics::Model;
+  fail("--numerics: expected 'reference' or 'model', got '", s, "'");
+}
+
 std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics) {
   if (device == "cpu") return std::make_unique<CpuOps>(pool);
   if (device.rfind("cuda:", 0) == 0) {

@@ -22,6 +22,9 @@ struct EngineOptions {
   std::vector<std::string> devices;
 };
 
+// "reference" | "model" (the --numerics option); errors name the value.
+Numerics parse_numerics(const std::string& s);
+
 // The backend for a device name ("cpu", "cuda:N"); errors name the device.
 std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics);
 #ifdef HS_HAVE_CUDA

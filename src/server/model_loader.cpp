@@ -10,12 +10,6 @@ namespace hs::server {
 
 namespace fs = std::filesystem;
 
-Numerics parse_numerics(const std::string& s) {
-  if (s == "reference") return Numerics::Reference;
-  if (s == "model") return Numerics::Model;
-  fail("--numerics: expected 'reference' or 'model', got '", s, "'");
-}
-
 namespace {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const ModelSpec& spec) {

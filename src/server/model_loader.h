@@ -30,6 +30,5 @@ struct LoadedModel {
 // Throws hs::Error naming what is missing (e.g. a model without a tokenizer).
 LoadedModel load_model(const ModelSpec& spec);
 
-Numerics parse_numerics(const std::string& s);  // "reference" | "model"
 
 }  // namespace hs::server
