@@ -113,8 +113,14 @@ TEST(Metrics, PrometheusText) {
 }
 
 // A Service over the built-in model (one engine for the whole test binary).
+EngineOptions one_thread() {
+  EngineOptions o;
+  o.threads = 1;
+  return o;
+}
+
 struct Builtin {
-  Engine engine{builtin_source(), EngineOptions{"cpu", Numerics::Reference, 1, {}}};
+  Engine engine{builtin_source(), one_thread()};
   Tokenizer tok = builtin_tokenizer();
   Scheduler sched{engine, SchedulerOptions{2, 16, 1024}};
   Service svc{sched, tok, ServiceConfig{}};
