@@ -80,6 +80,12 @@ std::vector<std::string> split_commas(const std::string& s) {
   return out;
 }
 
+std::vector<int> parse_int_list(const std::string& what, const std::string& s) {
+  std::vector<int> out;
+  for (const auto& item : split_commas(s)) out.push_back(static_cast<int>(parse_int(what, item)));
+  return out;
+}
+
 long long parse_int(const std::string& what, const std::string& s) {
   errno = 0;
   char* end = nullptr;

@@ -47,6 +47,8 @@ void print_help(const std::string& command, const std::string& synopsis, const s
 long long parse_int(const std::string& what, const std::string& s);
 // "a,b,c" -> {"a","b","c"}
 std::vector<std::string> split_commas(const std::string& s);
+// "22,21" -> {22, 21}; errors name the option.
+std::vector<int> parse_int_list(const std::string& what, const std::string& s);
 
 double parse_double(const std::string& what, const std::string& s);
 

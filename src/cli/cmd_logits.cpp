@@ -29,11 +29,6 @@ std::vector<int32_t> read_tokens(const std::string& path) {
   return out;
 }
 
-std::vector<int> parse_split(const std::string& s) {
-  std::vector<int> out;
-  for (const auto& item : split_commas(s)) out.push_back(static_cast<int>(parse_int("--layer-split", item)));
-  return out;
-}
 
 }  // namespace
 
@@ -71,7 +66,7 @@ int cmd_logits(const Args& args) {
   opts.device = a.get_or("device", "cpu");
   opts.numerics = parse_numerics(a.get_or("numerics", "reference"));
   opts.threads = static_cast<int>(a.get_int("threads", 0));
-  if (a.has("layer-split")) opts.layer_split = parse_split(*a.get("layer-split"));
+  if (a.has("layer-split")) opts.layer_split = parse_int_list("--layer-split", *a.get("layer-split"));
   if (a.has("devices")) opts.devices = split_commas(*a.get("devices"));
   Engine eng(a.positionals()[0], opts);
   const int64_t V = eng.config().vocab_size;

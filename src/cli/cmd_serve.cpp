@@ -44,9 +44,7 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
   m.variant = a.get("chat-variant");
   m.engine.device = a.get_or("device", "cpu");
   if (a.has("devices")) m.engine.devices = split_commas(*a.get("devices"));
-  if (a.has("layer-split"))
-    for (const auto& item : split_commas(*a.get("layer-split")))
-      m.engine.layer_split.push_back(static_cast<int>(parse_int("--layer-split", item)));
+  if (a.has("layer-split")) m.engine.layer_split = parse_int_list("--layer-split", *a.get("layer-split"));
   m.engine.threads = static_cast<int>(a.get_int("threads", 0));
   HS_CHECK(m.engine.threads >= 0, "--threads must be at least 0");
   m.engine.numerics = parse_numerics(a.get_or("numerics", m.path ? "model" : "reference"));

@@ -24,6 +24,7 @@ class CpuOps : public Ops {
   void rmsnorm_unweighted(float* x, int64_t rows, int64_t d, float eps) override;
   void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
             int sign) override;
+  void copy(float* dst, const float* src, int64_t n) override { upload(dst, src, n); }
   void scale(float* x, int64_t n, float s) override;
   void add(float* y, const float* x, int64_t n) override;
   void hc_pre(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* u, float* post,

@@ -62,9 +62,6 @@ class CudaOps : public Ops {
 
   // ---- dense ops
   void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) override {
-    for (int64_t t = 0; t < n; ++t)
-      HS_CHECK(tokens[t] >= 0 && tokens[t] < table.rows, "token id ", tokens[t], " at position ", t,
-               " is outside the vocabulary [0, ", table.rows, ")");
     const size_t m = mark();
     const int32_t* ids = upload_i32(tokens, n);
     float* rows = alloc(n * table.cols);
@@ -89,6 +86,7 @@ class CudaOps : public Ops {
     cuda::rope(ctx_, x, n, heads, head_dim, t.rope_dim, p, vec(t.inv_freq), sign);
     release_to(m);
   }
+  void copy(float* dst, const float* src, int64_t n) override { ctx_.copy(dst, src, static_cast<size_t>(n) * 4); }
   void scale(float* x, int64_t n, float s) override { cuda::scale(ctx_, x, n, s); }
   void add(float* y, const float* x, int64_t n) override { cuda::add(ctx_, y, x, n); }
 
@@ -264,24 +262,19 @@ class CudaOps : public Ops {
       it = weights_.emplace(&m, cuda::upload_gguf_weight(ctx_, GgmlType::F32, m.w.data(), m.rows, m.cols)).first;
     return it->second.view;
   }
-  const float* vec(const std::vector<float>& v) {
+  // Device copy of a host vector of the shard (norm weights, HC parameters, tid2eid, ...).
+  template <typename T>
+  const T* device_copy(const std::vector<T>& v) {
     auto it = vectors_.find(&v);
     if (it == vectors_.end()) {
-      cuda::DeviceBuffer b = ctx_.alloc(std::max<size_t>(v.size(), 1) * 4);
-      if (!v.empty()) ctx_.upload(b.data(), v.data(), v.size() * 4);
+      cuda::DeviceBuffer b = ctx_.alloc(std::max<size_t>(v.size(), 1) * sizeof(T));
+      if (!v.empty()) ctx_.upload(b.data(), v.data(), v.size() * sizeof(T));
       it = vectors_.emplace(&v, std::move(b)).first;
     }
-    return it->second.as<float>();
+    return it->second.template as<T>();
   }
-  const int32_t* ivec(const std::vector<int32_t>& v) {
-    auto it = vectors_.find(&v);
-    if (it == vectors_.end()) {
-      cuda::DeviceBuffer b = ctx_.alloc(std::max<size_t>(v.size(), 1) * 4);
-      if (!v.empty()) ctx_.upload(b.data(), v.data(), v.size() * 4);
-      it = vectors_.emplace(&v, std::move(b)).first;
-    }
-    return it->second.as<int32_t>();
-  }
+  const float* vec(const std::vector<float>& v) { return device_copy(v); }
+  const int32_t* ivec(const std::vector<int32_t>& v) { return device_copy(v); }
   const int32_t* upload_i32(const int32_t* host, int64_t n) {
     auto* p = reinterpret_cast<int32_t*>(alloc(n));
     ctx_.upload(p, host, static_cast<size_t>(n) * 4);

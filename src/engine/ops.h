@@ -45,6 +45,7 @@ class Ops {
   virtual void rmsnorm_unweighted(float* x, int64_t rows, int64_t d, float eps) = 0;
   virtual void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
                     int sign) = 0;
+  virtual void copy(float* dst, const float* src, int64_t n) = 0;  // both backend memory
   virtual void scale(float* x, int64_t n, float s) = 0;
   virtual void add(float* y, const float* x, int64_t n) = 0;
 

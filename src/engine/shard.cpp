@@ -1,7 +1,6 @@
 #include "engine/shard.h"
 
 #include <cmath>
-#include <cstring>
 #include <numeric>
 
 #include "kernels/cpu/ops.h"
@@ -32,8 +31,15 @@ std::unique_ptr<SequenceState> Shard::new_sequence() const {
   return s;
 }
 
+void Shard::check_tokens(const int32_t* tokens, int64_t n, int64_t p0) const {
+  for (int64_t t = 0; t < n; ++t)
+    HS_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, "token id ", tokens[t], " at position ", p0 + t,
+             " is outside the vocabulary [0, ", config_.vocab_size, ")");
+}
+
 void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
   HS_CHECK(w_.has_embed, "internal: shard [", w_.begin, ", ", w_.end, ") does not own the embedding");
+  check_tokens(tokens, n, 0);
   ops_.embed(w_.embed, tokens, n, config_.hc_mult, X);
   bf16(X, n * config_.hc_mult * config_.dim);
 }
@@ -50,7 +56,7 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, 
   const float* x = x_in;
   if (model()) {
     float* xq = ops_.alloc(n * D);
-    std::memcpy(xq, x_in, static_cast<size_t>(n * D) * 4);
+    ops_.copy(xq, x_in, n * D);
     ops_.act_quant_fp8(xq, n, D);
     x = xq;
   }
@@ -64,7 +70,7 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, 
   float* cq_in = cq;
   if (model()) {
     cq_in = ops_.alloc(n * c.q_lora_rank);
-    std::memcpy(cq_in, cq, static_cast<size_t>(n * c.q_lora_rank) * 4);
+    ops_.copy(cq_in, cq, n * c.q_lora_rank);
     ops_.act_quant_fp8(cq_in, n, c.q_lora_rank);
   }
   float* q = ops_.alloc(n * H * hd);
@@ -132,9 +138,7 @@ void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float*
   const ModelConfig& c = config_;
   const int64_t D = c.dim, hc = c.hc_mult;
   const int64_t p0 = seq.n_past;
-  for (int64_t t = 0; t < n; ++t)
-    HS_CHECK(tokens[t] >= 0 && tokens[t] < c.vocab_size, "token id ", tokens[t], " at position ", p0 + t,
-             " is outside the vocabulary [0, ", c.vocab_size, ")");
+  check_tokens(tokens, n, p0);
   const size_t mark = ops_.mark();
   for (const auto& L : w_.layers) {
     LayerState& st = seq.layers[static_cast<size_t>(L.layer - w_.begin)];

@@ -51,6 +51,7 @@ class Shard {
 
  private:
   void attention(const LayerWeights& L, LayerState& st, const float* x, int64_t n, int64_t p0, float* y);
+  void check_tokens(const int32_t* tokens, int64_t n, int64_t p0) const;  // ids inside the vocabulary
   bool model() const { return numerics_ == Numerics::Model; }
   void bf16(float* x, int64_t n) { if (model()) ops_.round_bf16(x, n); }
   void act_quant(float* x, int64_t rows, int64_t cols) { if (model()) ops_.act_quant_fp8(x, rows, cols); }
