@@ -28,11 +28,12 @@ int cmd_synth(const Args& args) {
         "synth", "[--preset tiny|flash|pro] [--layers N] [--quant q2|q4k|mxfp4|q8|native|f32] [--seed S] OUT.gguf",
         "Writes a DeepSeek-V4 GGUF with deterministic random weights in the real architecture, with llama.cpp's\n"
         "deepseek4 keys, a small byte-level BPE tokenizer holding every DS4 special token, and the V4 chat\n"
-        "template. Quant mixes: q8 = all matrices Q8_0; mxfp4 / q4k / q2 = experts MXFP4 / Q4_K / Q2_K, other\n"
-        "matrices Q8_0 (antirez's q2 has IQ2_XXS gate/up experts, which cannot be quantized here: all experts\n"
-        "are Q2_K); native = FP8-grid matrices written BF16 and FP4-grid experts written MXFP4, as converted\n"
-        "from an official checkpoint. HC projections and vectors stay F32. Rows too short for a K-quant fall\n"
-        "back to Q4_0 / Q5_0. Memory use is small whatever the preset: tensors are made and written in bands.",
+        "template. Quant mixes: q8 = all matrices Q8_0; mxfp4 / q4k = experts MXFP4 / Q4_K, other matrices\n"
+        "Q8_0; q2 = antirez's mix: gate/up experts IQ2_XXS, down experts Q2_K, attention/shared/output Q8_0,\n"
+        "token_embd, router, HC projections, compressors and indexer F16; native = FP8-grid matrices written\n"
+        "BF16 and FP4-grid experts written MXFP4, as converted from an official checkpoint. HC projections and\n"
+        "vectors stay F32 (except as noted). Rows too short for a 256-block fall back to Q4_0 / Q5_0 like\n"
+        "llama-quantize. Memory use is small whatever the preset: tensors are made and written in bands.",
         specs);
     return 0;
   }
@@ -60,7 +61,6 @@ int cmd_synth(const Args& args) {
               s.preset.c_str(), c.n_layers, static_cast<long long>(c.vocab_size), s.quant.c_str(),
               static_cast<unsigned long long>(s.seed), static_cast<double>(std::filesystem::file_size(out)) / (1 << 20),
               secs);
-  if (s.quant == "q2") std::printf("note: all routed experts are Q2_K (antirez's q2 has IQ2_XXS gate/up experts)\n");
   LlamaCppCheckOptions check;
   check.real_widths = s.preset != "tiny";
   const auto problems = check_llama_cpp_gguf(gguf::File(out), check);

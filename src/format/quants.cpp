@@ -34,7 +34,7 @@ constexpr BlockCodec kBlockCodecs[] = {
     {GgmlType::Q5_K, dq_q5_k, q_q5_k},
     {GgmlType::Q6_K, dq_q6_k, q_q6_k},
     {GgmlType::Q8_K, dq_q8_k, q_q8_k},
-    {GgmlType::IQ2_XXS, dq_iq2_xxs, nullptr},
+    {GgmlType::IQ2_XXS, dq_iq2_xxs, q_iq2_xxs},
     {GgmlType::IQ2_XS, dq_iq2_xs, nullptr},
     {GgmlType::IQ2_S, dq_iq2_s, nullptr},
     {GgmlType::IQ3_XXS, dq_iq3_xxs, nullptr},

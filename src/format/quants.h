@@ -17,7 +17,8 @@ bool type_has_dequantizer(GgmlType type);
 
 // Quantize n elements (a whole number of blocks) of src into dst, which must hold
 // ggml_row_bytes(type, n) bytes. Reference (llama.cpp `quantize_row_*_ref`-style) quantizers:
-// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K, Q4_K, Q5_K, Q6_K, Q8_K.
+// F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, MXFP4, Q2_K, Q4_K, Q5_K, Q6_K, Q8_K; and
+// IQ2_XXS, hyperstream's own search (quants_iq2q.cpp: a valid encoding, not llama.cpp's bytes).
 // Throws hs::Error for other types or a bad n.
 void quantize_row(GgmlType type, const float* src, void* dst, int64_t n);
 bool type_has_quantizer(GgmlType type);

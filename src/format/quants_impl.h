@@ -63,6 +63,9 @@ void dq_iq3_s(const uint8_t*, float*);
 void dq_iq1_s(const uint8_t*, float*);
 void dq_iq1_m(const uint8_t*, float*);
 void dq_iq4_xs(const uint8_t*, float*);
+// IQ2_XXS quantizer (quants_iq2q.cpp); w: per-weight importance, nullptr for all 1.
+void q_iq2_xxs(const float*, uint8_t*);
+void q_iq2_xxs_weighted(const float* x, const float* w, uint8_t* blk);
 
 // ---- Lucebox ROCm types (quants_rocm.cpp)
 void dq_rocm_fp4(const uint8_t*, float*);

@@ -18,6 +18,10 @@ struct KeyType {
 };
 
 // gguf-ds4.md §7: every §1 key but the optional ones. LC's getters throw on another type.
+// Checked against llama.cpp 00395eb (docs/formats.md §5): deepseek4 load_arch_hparams and the
+// generic loader throw without most of these; head_count, head_count_kv, key/value_length,
+// expert_count/used_count and the rope keys LC reads with generic defaults that are wrong for
+// V4, so they are required here too (stricter than LC, never looser).
 constexpr KeyType kRequired[] = {
     {"block_count", ValueType::UINT32},
     {"context_length", ValueType::UINT32},

@@ -40,11 +40,29 @@ bool official_fp8(const std::string& name) {
   return false;
 }
 
-// llama-quantize's fallback when a row is not a whole number of K-quant super-blocks.
+// antirez's ds4 q2 file (gguf-ds4.md §2 "Quant mixes seen"): F16 for the token embedding, the
+// router, the HC projections, the compressors (their ape too) and the indexer; Q8_0 for the
+// other matrices (attention, shared experts, output); F32 for the other vectors.
+bool antirez_f16(const TensorSpec& s) {
+  const std::string& n = s.name;
+  switch (s.role) {
+    case TensorRole::HcFn: return true;
+    case TensorRole::Vector: return ends_with(n, "_ape");
+    case TensorRole::Matrix:
+      return n == "token_embd" || ends_with(n, ".ffn_gate_inp") || n.find("compressor_") != std::string::npos ||
+             n.find(".indexer") != std::string::npos;
+    default: return false;
+  }
+}
+
+// llama-quantize's fallback when a row is not a whole number of 256-element super-blocks
+// (llama_tensor_get_type, src/llama-quant.cpp): IQ2_XXS / Q2_K -> IQ4_NL, which has no
+// quantizer here, so Q4_0 (the same block and size); Q4_K -> Q5_0; F16 when the row is not a
+// whole number of 32-element blocks either.
 GgmlType fit_row(GgmlType t, int64_t row) {
   if (row % ggml_type_info(t).block_elems == 0) return t;
-  if (t == GgmlType::Q2_K && row % 32 == 0) return GgmlType::Q4_0;
-  if (t == GgmlType::Q4_K && row % 32 == 0) return GgmlType::Q5_0;
+  const bool low = t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K;
+  if (low || t == GgmlType::Q4_K) return row % 32 != 0 ? GgmlType::F16 : low ? GgmlType::Q4_0 : GgmlType::Q5_0;
   return GgmlType::F32;
 }
 
@@ -62,6 +80,7 @@ Quant parse_quant(const std::string& name) {
 
 Storage storage_of(const TensorSpec& s, Quant q) {
   if (s.role == TensorRole::TokenTable) return {GgmlType::I32, Pre::None, "I32"};
+  if (q == Quant::Q2 && antirez_f16(s)) return {GgmlType::F16, Pre::None, "F16"};
   if (s.role == TensorRole::Vector || s.role == TensorRole::HcFn) {
     // The official checkpoint keeps norms in BF16 (GGUF converters widen them to F32).
     if (q == Quant::Native && s.role == TensorRole::Vector && s.name.find("norm") != std::string::npos)
@@ -73,6 +92,7 @@ Storage storage_of(const TensorSpec& s, Quant q) {
     constexpr GgmlType kExperts[] = {GgmlType::F32,  GgmlType::Q8_0, GgmlType::MXFP4,
                                      GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::MXFP4};
     st.gguf = kExperts[static_cast<int>(q)];
+    if (q == Quant::Q2 && !ends_with(s.name, ".ffn_down_exps")) st.gguf = GgmlType::IQ2_XXS;  // gate, up
     if (q == Quant::Native) st.reported = "F4_E2M1";
   } else if (q == Quant::Native) {
     st.gguf = GgmlType::BF16;
