@@ -12,6 +12,8 @@
 #include "fixture_util.h"
 #include "format/npy.h"
 #include "format/safetensors.h"
+#include "model/synthetic.h"
+#include "model/tensors.h"
 
 using namespace hs;
 namespace fs = std::filesystem;
@@ -198,3 +200,35 @@ TEST(CliBadInput, ConfigMissingOrMistypedKey) {
 }
 
 }  // namespace
+
+// bench on the CPU: the runs asked for, positive rates, and the decode weight bytes equal to
+// the tensor inventory's count (f32 on the CPU: every matrix and vector, k of E experts, one
+// embedding row, the whole head; tid2eid is a lookup, not a weight pass).
+TEST(Cli, BenchReportsRunsAndWeightBytes) {
+  const std::string d = tmpdir("bench");
+  auto r = test::run_cli("bench --synthetic tiny --device cpu --threads 2 --pp 16 --chunk 5 --tg 4 --depth 0,9 "
+                         "--reps 1 --quant f32 --json " + d + "/b.json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("| tg4@9 |"), std::string::npos) << r.out;
+  std::ifstream f(d + "/b.json");
+  const auto j = nlohmann::json::parse(f);
+  ASSERT_EQ(j["results"].size(), 3u) << j.dump();
+  EXPECT_EQ(j["results"][0]["test"], "pp16");
+  EXPECT_EQ(j["results"][1]["test"], "tg4@0");
+  EXPECT_EQ(j["results"][2]["test"], "tg4@9");
+  for (const auto& x : j["results"]) EXPECT_GT(x["tok_s"].get<double>(), 0.0) << x.dump();
+  SyntheticSpec spec;  // the bench's model
+  spec.preset = "tiny";
+  const ModelConfig c = synthetic_config(spec);
+  int64_t want = 0;
+  for (const auto& s : model_tensor_specs(c, 0, c.n_layers, true, true)) {
+    if (s.role == TensorRole::TokenTable) continue;
+    int64_t b = s.n_elements() * 4;
+    if (s.role == TensorRole::Experts) b = b * c.n_active_experts / c.n_experts;
+    if (s.name == "token_embd") b /= c.vocab_size;
+    want += b;
+  }
+  EXPECT_EQ(j["weight_bytes_per_token"].get<int64_t>(), want);
+  expect_error(test::run_cli("bench --synthetic huge --device cpu"), "huge");
+  expect_error(test::run_cli("bench --device cpu"), "--synthetic");
+}

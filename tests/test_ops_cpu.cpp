@@ -118,15 +118,25 @@ TEST(Indexer, CausalVisibilityAndTopK) {
   keys.entries = randv(5 * 8, 3);
   // Entry 4 gets a huge score for every query: it must still never be picked before it exists.
   for (int c = 0; c < 8; ++c) keys.entries[4 * 8 + c] = 50.0f;
-  std::vector<float> q(3 * 2 * 8, 1.0f), w(3 * 2, 1.0f);
-  const int64_t pos[3] = {6, 15, 19};
-  auto sel = ops.indexer_topk(q.data(), w.data(), 3, 2, 8, keys, pos, 4, 2);
-  ASSERT_EQ(sel.size(), 3u);
-  EXPECT_EQ(sel[0].size(), 1u);  // position 6: only entry 0 is visible ((6+1)/4 = 1)
-  EXPECT_EQ(sel[0][0], 0);
-  EXPECT_EQ(sel[1].size(), 2u);  // position 15: entries 0..3 visible, top-2 of them
-  for (int i : sel[1]) EXPECT_LT(i, 4);
-  EXPECT_EQ(sel[2][0], 4);       // position 19 closes window 4: it is visible and wins
+  std::vector<float> q(2 * 8, 1.0f), w(2, 1.0f);
+  auto top2 = [&](int64_t pos) {
+    std::vector<int32_t> sel(2, 99);
+    ops.indexer_topk(q.data(), w.data(), 1, 2, 8, keys, pos, 4, 2, sel.data());
+    return sel;
+  };
+  auto s6 = top2(6);  // position 6: only entry 0 is visible ((6+1)/4 = 1); the rest is -1
+  EXPECT_EQ(s6[0], 0);
+  EXPECT_EQ(s6[1], -1);
+  auto s15 = top2(15);  // position 15: entries 0..3 visible, top-2 of them
+  for (int i : s15) EXPECT_TRUE(i >= 0 && i < 4) << i;
+  EXPECT_EQ(top2(19)[0], 4);  // position 19 closes window 4: it is visible and wins
+  // Two queries at consecutive positions 18, 19 in one call: entry 4 only for the second.
+  std::vector<float> q2(2 * 2 * 8, 1.0f), w2(2 * 2, 1.0f);
+  std::vector<int32_t> sel(4, 99);
+  ops.indexer_topk(q2.data(), w2.data(), 2, 2, 8, keys, 18, 4, 2, sel.data());
+  EXPECT_NE(sel[0], 4);
+  EXPECT_NE(sel[1], 4);
+  EXPECT_EQ(sel[2], 4);
 }
 
 TEST(Attention, SinkEqualsSoftmaxWithExtraColumnDropped) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "cli/args.h"
+#include "cli/engine_args.h"
 #include "engine/engine.h"
 #include "format/npy.h"
 #include "util/error.h"
@@ -33,19 +34,16 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 }  // namespace
 
 int cmd_logits(const Args& args) {
-  const std::vector<OptionSpec> specs = {
+  std::vector<OptionSpec> specs = {
       {"tokens", true, "file of whitespace-separated token ids (required)", "FILE"},
       {"out", true, "output .npy file: float32 [T, vocab], row t = logits after token t (required)", "FILE"},
       {"chunks", true, "comma list of chunk sizes summing to T, or one k for chunks of k (default: one chunk)",
        "SPEC"},
-      {"device", true, "cpu (default)", "DEV"},
-      {"numerics", true, "reference (f32, default) or model (bf16 activations, QAT round trips)", "MODE"},
-      {"threads", true, "CPU threads (default: all cores)", "N"},
-      {"devices", true, "one device per shard, e.g. cpu,cpu or cuda:0,cuda:1 (default: --device for one shard)",
-       "D0,D1,..."},
-      {"layer-split", true, "layers per shard, e.g. 3,3 (default: an even split over --devices)", "N,N,..."},
       {"top", true, "also print the K most likely next tokens after the last position", "K"},
   };
+  for (auto& o : engine_option_specs("cpu (default) or cuda:N",
+                                     "reference (f32, default) or model (bf16 activations, QAT round trips)"))
+    specs.push_back(o);
   ParsedArgs a("logits", args, specs);
   if (a.help()) {
     print_help("logits", "MODEL --tokens FILE --out FILE.npy [options]",
@@ -62,12 +60,7 @@ int cmd_logits(const Args& args) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   const std::vector<int64_t> chunks = parse_chunk_spec(a.get_or("chunks", std::to_string(T)), T);
 
-  EngineOptions opts;
-  opts.device = a.get_or("device", "cpu");
-  opts.numerics = parse_numerics(a.get_or("numerics", "reference"));
-  opts.threads = static_cast<int>(a.get_int("threads", 0));
-  if (a.has("layer-split")) opts.layer_split = parse_int_list("--layer-split", *a.get("layer-split"));
-  if (a.has("devices")) opts.devices = split_commas(*a.get("devices"));
+  const EngineOptions opts = engine_options(a, "cpu", "reference");
   Engine eng(a.positionals()[0], opts);
   const int64_t V = eng.config().vocab_size;
   for (int64_t t = 0; t < T; ++t)

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/args.h"
+#include "cli/engine_args.h"
 #include "cli/commands.h"
 #include "engine/scheduler.h"
 #include "server/http_server.h"
@@ -20,18 +21,17 @@ server::ModelSpec model_spec_from(const ParsedArgs& a);
 SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engine, int default_max_seqs);
 
 std::vector<OptionSpec> model_option_specs() {
-  return {
+  std::vector<OptionSpec> specs = {
       {"tokenizer", true, "tokenizer: a GGUF, a tokenizer.json, or a directory holding one (default: the model's)", "PATH"},
       {"model-name", true, "the model id clients send (default: the file or directory name; built-in: hyperstream-builtin)", "NAME"},
       {"chat-variant", true, "reasoning-effort table: v4 or v4-0731 (default: v4-0731 when the name has 0731)", "V"},
       {"ctx-size", true, "tokens per sequence, prompt + output (default: the model's, at most 4096)", "N"},
       {"prefill-chunk", true, "prompt tokens per sequence per step (default 256)", "N"},
-      {"threads", true, "CPU threads of the engine (default: all cores)", "N"},
-      {"numerics", true, "reference (f32) or model (bf16 activations, QAT round trips; default for model files)", "MODE"},
-      {"device", true, "cpu (default) or cuda:N", "DEV"},
-      {"devices", true, "one device per shard, e.g. cuda:0,cuda:1 (layer split; overrides --device)", "D0,D1,..."},
-      {"layer-split", true, "layers per shard, e.g. 22,21 (default: an even split over --devices)", "N,N,..."},
   };
+  for (auto& o : engine_option_specs("cpu (default) or cuda:N",
+                                     "reference (f32) or model (bf16 activations, QAT round trips; default for model files)"))
+    specs.push_back(o);
+  return specs;
 }
 
 server::ModelSpec model_spec_from(const ParsedArgs& a) {
@@ -42,12 +42,7 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
   m.name = a.get("model-name");
   if (m.name) HS_CHECK(!m.name->empty(), "--model-name must not be empty");
   m.variant = a.get("chat-variant");
-  m.engine.device = a.get_or("device", "cpu");
-  if (a.has("devices")) m.engine.devices = split_commas(*a.get("devices"));
-  if (a.has("layer-split")) m.engine.layer_split = parse_int_list("--layer-split", *a.get("layer-split"));
-  m.engine.threads = static_cast<int>(a.get_int("threads", 0));
-  HS_CHECK(m.engine.threads >= 0, "--threads must be at least 0");
-  m.engine.numerics = parse_numerics(a.get_or("numerics", m.path ? "model" : "reference"));
+  m.engine = engine_options(a, "cpu", m.path ? "model" : "reference");
   return m;
 }
 

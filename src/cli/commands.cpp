@@ -13,6 +13,7 @@ const std::vector<Command>& commands() {
       {"synth", "write a synthetic DeepSeek-V4 GGUF (tiny/flash/pro shapes, real quant mixes, random weights)", cmd_synth},
       {"serve", "serve a model over HTTP: OpenAI and Anthropic APIs, continuous batching", cmd_serve},
       {"run", "generate once from a prompt and print the answer (same path as serve)", cmd_run},
+      {"bench", "prefill and decode tok/s, weight bytes per token, % of device copy bandwidth", cmd_bench},
       // @@COMMAND-TABLE@@ (helpers: add `{"name", "summary", cmd_x},` above this line)
   };
   return kCommands;

@@ -27,6 +27,7 @@ int cmd_convert(const Args& args);
 int cmd_synth(const Args& args);
 int cmd_serve(const Args& args);
 int cmd_run(const Args& args);
+int cmd_bench(const Args& args);
 // @@COMMAND-DECLARATIONS@@ (helpers: add `int cmd_x(const Args&);` above this line)
 
 }  // namespace hs::cli

@@ -130,23 +130,21 @@ void CpuOps::compressor_update(CompressorState& st, const CompressorWeights& w, 
   }
 }
 
-std::vector<std::vector<int32_t>> CpuOps::indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id,
-                                                       const CompressorState& keys, const int64_t* pos, int ratio,
-                                                       int k) {
-  std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
+void CpuOps::indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id, const CompressorState& keys,
+                          int64_t p0, int ratio, int k, int32_t* sel) {
   pool_.parallel_for(n, 1, [&](int64_t b, int64_t e) {
     std::vector<float> score(static_cast<size_t>(keys.n_entries));
     for (int64_t t = b; t < e; ++t) {
-      const int64_t visible = std::min<int64_t>(keys.n_entries, (pos[t] + 1) / ratio);
+      const int64_t visible = std::min<int64_t>(keys.n_entries, (p0 + t + 1) / ratio);
       cpu::indexer_scores(q + t * ih * id, w + t * ih, ih, id, keys.entries.data(), visible, score.data());
-      out[static_cast<size_t>(t)] = cpu::topk_indices(score.data(), visible, k);
+      const std::vector<int32_t> top = cpu::topk_indices(score.data(), visible, k);
+      for (int j = 0; j < k; ++j) sel[t * k + j] = j < static_cast<int>(top.size()) ? top[static_cast<size_t>(j)] : -1;
     }
   });
-  return out;
 }
 
 void CpuOps::attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st, const float* kv_chunk,
-                       int64_t p0, const CompressorState* comp, const std::vector<std::vector<int32_t>>& selected,
+                       int64_t p0, const CompressorState* comp, const int32_t* sel, int k,
                        const std::vector<float>& sinks, float* out) {
   const int64_t hd = c.head_dim, W = c.window;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -159,11 +157,13 @@ void CpuOps::attention(const float* q, int64_t n, const ModelConfig& c, const La
         rows.push_back(s >= p0 ? kv_chunk + (s - p0) * hd : st.ring.data() + (s % W) * hd);
       if (comp) {
         const int64_t visible = std::min<int64_t>(comp->n_entries, (p + 1) / comp->ratio);
-        if (selected.empty()) {
+        if (!sel) {
           for (int64_t i = 0; i < visible; ++i) rows.push_back(comp->entries.data() + i * hd);
         } else {
-          for (int32_t i : selected[static_cast<size_t>(t)]) {
-            HS_CHECK(i >= 0 && i < visible, "internal: indexer chose entry ", i, " of ", visible, " visible");
+          for (int j = 0; j < k; ++j) {
+            const int32_t i = sel[t * k + j];
+            if (i < 0) continue;
+            HS_CHECK(i < visible, "internal: indexer chose entry ", i, " of ", visible, " visible");
             rows.push_back(comp->entries.data() + static_cast<int64_t>(i) * hd);
           }
         }
@@ -211,11 +211,11 @@ void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, co
     u.resize(g.size());
     h.resize(g.size());
     d.resize(static_cast<size_t>(m * D));
-    cpu::matmul(pool_, w.w1[e].w.data(), I, D, xs.data(), m, g.data());
-    cpu::matmul(pool_, w.w3[e].w.data(), I, D, xs.data(), m, u.data());
+    cpu::matmul(pool_, w.w1.row(e * I), I, D, xs.data(), m, g.data());
+    cpu::matmul(pool_, w.w3.row(e * I), I, D, xs.data(), m, u.data());
     cpu::swiglu_clamp(g.data(), u.data(), m * I, c.swiglu_limit, h.data());
     if (model) act_quant_fp8(h.data(), m, I);
-    cpu::matmul(pool_, w.w2[e].w.data(), D, I, h.data(), m, d.data());
+    cpu::matmul(pool_, w.w2.row(e * D), D, I, h.data(), m, d.data());
     if (model) cpu::round_bf16(d.data(), m * D);
     for (int64_t i = 0; i < m; ++i)
       for (int64_t ch = 0; ch < D; ++ch) y[toks[i].first * D + ch] += d[i * D + ch] * toks[i].second;

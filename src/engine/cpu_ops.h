@@ -34,11 +34,10 @@ class CpuOps : public Ops {
   void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) override;
   void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g, int64_t n,
                          float eps, const RopeTable& rope, Numerics num, EntryQat qat) override;
-  std::vector<std::vector<int32_t>> indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id,
-                                                 const CompressorState& keys, const int64_t* pos, int ratio,
-                                                 int k) override;
+  void indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id, const CompressorState& keys,
+                    int64_t p0, int ratio, int k, int32_t* sel) override;
   void attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st, const float* kv_chunk,
-                 int64_t p0, const CompressorState* comp, const std::vector<std::vector<int32_t>>& selected,
+                 int64_t p0, const CompressorState* comp, const int32_t* sel, int k,
                  const std::vector<float>& sinks, float* out) override;
   void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
                   int64_t head_dim) override;

@@ -1,18 +1,27 @@
 // The CUDA backend of the op interface: the kernels of kernels/cuda on one DeviceContext.
-// First version, built for correctness: activations and weights live on the GPU (weights
-// uploaded from the shard's f32 tensors on first use), while the per-sequence bookkeeping
-// (SWA ring, compressor windows, compressed rows) stays in the host SequenceState and is
-// copied in and out around each call. That keeps one authoritative state for both backends;
-// keeping the state on the device and capturing decode in a graph are the next steps.
+// Weights are uploaded in their stored form as the shard loads them (Ops::adopt_weight) and
+// live only on the device. Each sequence's state lives on the device too (cuda_state.h):
+// the SWA ring, the compressor windows and the compressed entries; the host SequenceState
+// keeps only the counters, which the host knows without asking the GPU (how many rows a
+// window holds, how many entries exist follow from the positions). The forward therefore
+// never waits for the GPU except where the MoE routing is read back (until the device MoE
+// lands) and where the logits are downloaded.
 #ifdef HS_HAVE_CUDA
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
 
 #include "engine/cpu_ops.h"
+#include "engine/cuda_profile.h"
+#include "engine/cuda_state.h"
+#include "format/quants.h"
+#include "util/fp.h"
 #include "engine/engine.h"
 #include "kernels/cuda/glue.h"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/quant_sim_cuda.h"
+#include "kernels/cuda/state_cuda.h"
+#include "kernels/cuda/synth_fill_cuda.h"
 #include "util/error.h"
 
 namespace hs {
@@ -21,11 +30,25 @@ namespace {
 
 class CudaOps : public Ops {
  public:
-  CudaOps(int device, ThreadPool& pool) : ctx_(device), host_(pool) {
-    HS_CHECK(device >= 0 && device < cuda::device_count(), "device cuda:", device, " does not exist (",
-             cuda::device_count(), " CUDA device(s) found)");
-  }
+  CudaOps(int device, Numerics numerics) : ctx_(checked(device)), numerics_(numerics), prof_(ctx_.stream()) {}
   const char* name() const override { return "cuda"; }
+
+  // ---- weights: uploaded in stored form as they are loaded; the host copy is dropped
+  WeightForm weight_form() const override { return WeightForm::Native; }
+  void adopt_weight(Mat& m) override {
+    weight(m);
+    m.w.clear();
+    m.w.shrink_to_fit();
+    m.native = NativeTensor{};
+  }
+  int64_t weight_bytes(const Mat& m) const override {
+    if (!m.device) return m.rows * m.cols * 4;
+    const cuda::WeightView& v = static_cast<const cuda::DeviceWeight*>(m.device.get())->view;
+    return v.data_bytes() + v.scale_bytes();
+  }
+  double copy_bandwidth_gbs() override { return cuda::measure_copy_gbs(ctx_); }
+  void set_profiling(bool on) override { prof_.enable(on); }
+  std::string profile_report() override { return prof_.report(); }
 
   // ---- memory: a stack of allocations over blocks that only grow (never moved or freed early)
   float* alloc(int64_t n) override {
@@ -62,6 +85,7 @@ class CudaOps : public Ops {
 
   // ---- dense ops
   void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) override {
+    auto prof = prof_.scope("embed");
     const size_t m = mark();
     const int32_t* ids = upload_i32(tokens, n);
     float* rows = alloc(n * table.cols);
@@ -69,147 +93,241 @@ class CudaOps : public Ops {
     cuda::broadcast_streams(ctx_, rows, n, hc, table.cols, X);
     release_to(m);
   }
-  void matmul(const Mat& W, const float* x, int64_t n, float* y) override { cuda::matmul(ctx_, weight(W), x, n, y); }
+  void matmul(const Mat& W, const float* x, int64_t n, float* y) override {
+    auto prof = prof_.scope("matmul", [&] { return describe(W, n); });
+    cuda::matmul(ctx_, weight(W), x, n, y, gemm_mode());
+  }
   void grouped_matmul(const Mat& W, int groups, const float* x, int64_t n, float* y) override {
-    cuda::grouped_matmul(ctx_, weight(W), groups, x, n, y);
+    auto prof = prof_.scope("grouped_matmul", [&] { return describe(W, n); });
+    cuda::grouped_matmul(ctx_, weight(W), groups, x, n, y, gemm_mode());
   }
   void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, float eps, float* y) override {
+    auto prof = prof_.scope("rmsnorm");
     cuda::rmsnorm(ctx_, x, vec(w), rows, static_cast<int64_t>(w.size()), eps, y);
   }
   void rmsnorm_unweighted(float* x, int64_t rows, int64_t d, float eps) override {
+    auto prof = prof_.scope("rmsnorm");
     cuda::rmsnorm(ctx_, x, nullptr, rows, d, eps, x);
   }
   void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
             int sign) override {
+    auto prof = prof_.scope("rope");
+    bool affine = true;  // the forward's positions are consecutive: no array to upload
+    for (int64_t i = 1; i < n && affine; ++i) affine = pos[i] == pos[0] + i;
+    if (affine) {
+      cuda::rope_affine(ctx_, x, n, heads, head_dim, t.rope_dim, pos[0], 1, vec(t.inv_freq), sign);
+      return;
+    }
     const size_t m = mark();
     const int64_t* p = upload_i64(pos, n);
     cuda::rope(ctx_, x, n, heads, head_dim, t.rope_dim, p, vec(t.inv_freq), sign);
     release_to(m);
   }
-  void copy(float* dst, const float* src, int64_t n) override { ctx_.copy(dst, src, static_cast<size_t>(n) * 4); }
-  void scale(float* x, int64_t n, float s) override { cuda::scale(ctx_, x, n, s); }
-  void add(float* y, const float* x, int64_t n) override { cuda::add(ctx_, y, x, n); }
+  void copy(float* dst, const float* src, int64_t n) override {
+    auto prof = prof_.scope("copy");
+    ctx_.copy(dst, src, static_cast<size_t>(n) * 4);
+  }
+  void scale(float* x, int64_t n, float s) override {
+    auto prof = prof_.scope("scale");
+    cuda::scale(ctx_, x, n, s);
+  }
+  void add(float* y, const float* x, int64_t n) override {
+    auto prof = prof_.scope("add");
+    cuda::add(ctx_, y, x, n);
+  }
 
   void hc_pre(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* u, float* post,
               float* comb) override {
+    auto prof = prof_.scope("hc_pre");
     cuda::hc_pre(ctx_, hc_params(w, c), X, n, u, post, comb);
   }
   void hc_post(const float* y, const float* post, const float* comb, int64_t n, const ModelConfig& c,
                float* X) override {
+    auto prof = prof_.scope("hc_post");
     cuda::hc_post(ctx_, y, post, comb, n, c.hc_mult, c.dim, X);
   }
   void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) override {
+    auto prof = prof_.scope("hc_head");
     cuda::hc_head(ctx_, hc_params(w, c), X, n, h);
   }
 
-  // ---- state-touching ops: the host SequenceState stays authoritative (see the file comment)
+  // ---- state-touching ops: the data on the device (cuda_state.h), the counters on the host
   void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g, int64_t n,
                          float eps, const RopeTable& rope, Numerics num, EntryQat qat) override {
-    const int64_t width = st.coff * st.d;
-    std::vector<float> ha(static_cast<size_t>(n * width)), hg(ha.size());
-    download(ha.data(), a, n * width);
-    download(hg.data(), g, n * width);
-    host_.compressor_update(st, w, ha.data(), hg.data(), n, eps, rope, num, qat);
+    auto prof = prof_.scope("compressor_update");
+    CudaCompressorState& dev = CudaCompressorState::of(st, ctx_);
+    const int r = st.ratio;
+    const int64_t d = st.d, width = st.coff * d;
+    const int64_t nw = (st.buf_n + n) / r, rem = (st.buf_n + n) % r;
+    if (nw == 0) {  // the window stays open: append the rows
+      ctx_.copy(dev.buf_kv() + st.buf_n * width, a, static_cast<size_t>(n * width) * 4);
+      ctx_.copy(dev.buf_gate() + st.buf_n * width, g, static_cast<size_t>(n * width) * 4);
+      st.buf_n += static_cast<int>(n);
+      return;
+    }
+    dev.reserve_entries(st.n_entries + nw, st.n_entries);
+    const size_t m = mark();
+    const int slots = st.coff * r;
+    float* kv = alloc(nw * slots * d);
+    float* gate = alloc(nw * slots * d);
+    float* prev = st.coff == 2 ? alloc(2 * r * d) : nullptr;
+    cuda::compressor_gather(ctx_, dev.buffers(), st.buf_n, st.has_prev, a, g, n, vec(w.ape), nw, kv, gate, prev);
+    float* out = dev.entries() + st.n_entries * d;
+    const bool model = num == Numerics::Model;  // the rounding points of CpuOps::compressor_update
+    cuda::compress_pool(ctx_, kv, gate, slots, d, nw, out);
+    if (model) cuda::round_bf16(ctx_, out, nw * d);
+    cuda::rmsnorm(ctx_, out, vec(w.norm), nw, d, eps, out);
+    if (model) cuda::round_bf16(ctx_, out, nw * d);
+    cuda::rope_affine(ctx_, out, nw, 1, d, rope.rope_dim, st.n_entries * r, r, vec(rope.inv_freq), +1);
+    if (model && qat == EntryQat::Fp8Kv) kv_fp8_sim(out, nw, d, d - rope.rope_dim);
+    if (model && qat == EntryQat::IndexerFp4) indexer_fp4_sim(out, nw, d);
+    if (model && qat == EntryQat::None) cuda::round_bf16(ctx_, out, nw * d);
+    // The rows after the last closed window all come from this chunk.
+    if (rem) {
+      ctx_.copy(dev.buf_kv(), a + (n - rem) * width, static_cast<size_t>(rem * width) * 4);
+      ctx_.copy(dev.buf_gate(), g + (n - rem) * width, static_cast<size_t>(rem * width) * 4);
+    }
+    if (st.coff == 2) {
+      ctx_.copy(dev.prev(), prev, static_cast<size_t>(2 * r * d) * 4);
+      st.has_prev = true;
+    }
+    st.n_entries += nw;
+    st.buf_n = static_cast<int>(rem);
+    release_to(m);
   }
 
-  std::vector<std::vector<int32_t>> indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id,
-                                                 const CompressorState& keys, const int64_t* pos, int ratio,
-                                                 int k) override {
-    std::vector<std::vector<int32_t>> out(static_cast<size_t>(n));
+  void indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id, const CompressorState& keys,
+                    int64_t p0, int ratio, int k, int32_t* sel) override {
+    auto prof = prof_.scope("indexer_topk");
     const int64_t E = keys.n_entries;
-    if (E == 0) return out;
-    const size_t m = mark();
-    float* dkeys = alloc(E * id);
-    upload(dkeys, keys.entries.data(), E * id);
-    const int64_t* dpos = upload_i64(pos, n);
-    float* score = alloc(n * E);
-    cuda::indexer_scores(ctx_, q, w, n, ih, id, dkeys, E, dpos, ratio, score);
     const int kk = static_cast<int>(std::min<int64_t>(k, E));
-    int32_t* dsel = reinterpret_cast<int32_t*>(alloc(n * kk));
-    cuda::topk(ctx_, score, n, E, dpos, ratio, kk, dsel);
-    std::vector<int32_t> sel(static_cast<size_t>(n * kk));
-    ctx_.download(sel.data(), dsel, sel.size() * 4);
-    ctx_.synchronize();
+    if (kk < k) ctx_.fill_bytes(sel, 0xff, static_cast<size_t>(n * k) * 4);  // -1 padding
+    if (E == 0) return;
+    const size_t m = mark();
+    float* score = alloc(n * E);
+    const int64_t* pos = positions(p0, n);
+    cuda::indexer_scores(ctx_, q, w, n, ih, id, CudaCompressorState::of(keys, ctx_).entries(), E, pos, ratio, score);
+    if (kk == k) {
+      cuda::topk(ctx_, score, n, E, pos, ratio, k, sel);
+    } else {
+      int32_t* top = reinterpret_cast<int32_t*>(alloc(n * kk));
+      cuda::topk(ctx_, score, n, E, pos, ratio, kk, top);
+      HS_CUDA_CHECK(cudaMemcpy2DAsync(sel, static_cast<size_t>(k) * 4, top, static_cast<size_t>(kk) * 4,
+                                      static_cast<size_t>(kk) * 4, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
+                                      ctx_.stream()));
+    }
     release_to(m);
-    for (int64_t t = 0; t < n; ++t)
-      for (int j = 0; j < kk; ++j)
-        if (sel[static_cast<size_t>(t * kk + j)] >= 0) out[static_cast<size_t>(t)].push_back(sel[static_cast<size_t>(t * kk + j)]);
-    return out;
   }
 
   void attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st, const float* kv_chunk,
-                 int64_t p0, const CompressorState* comp, const std::vector<std::vector<int32_t>>& selected,
-                 const std::vector<float>& sinks, float* out) override {
-    const int64_t hd = c.head_dim, W = c.window;
+                 int64_t p0, const CompressorState* comp, const int32_t* sel, int k, const std::vector<float>& sinks,
+                 float* out) override {
+    auto prof = prof_.scope("attention");
+    const int64_t hd = c.head_dim;
+    const int ratio = comp ? comp->ratio : 0;
     const int64_t E = comp ? comp->n_entries : 0;
+    const int64_t ld = cuda::attention_rows_ld(n, p0, c.window, ratio, E, sel != nullptr, k);
     const size_t m = mark();
-    // One row pool: [ring (W) | this chunk's rows (n) | compressed entries (E)].
-    float* pool = alloc((W + n + E) * hd);
-    upload(pool, st.ring.data(), W * hd);
-    ctx_.copy(pool + W * hd, kv_chunk, static_cast<size_t>(n * hd) * 4);
-    if (E) upload(pool + (W + n) * hd, comp->entries.data(), E * hd);
-    std::vector<std::vector<int32_t>> rows(static_cast<size_t>(n));
-    size_t ld = 1;
-    for (int64_t t = 0; t < n; ++t) {
-      const int64_t p = p0 + t;
-      auto& r = rows[static_cast<size_t>(t)];
-      for (int64_t s = std::max<int64_t>(0, p - W + 1); s <= p; ++s)
-        r.push_back(static_cast<int32_t>(s >= p0 ? W + (s - p0) : s % W));
-      if (comp) {
-        const int64_t visible = std::min<int64_t>(E, (p + 1) / comp->ratio);
-        if (selected.empty()) {
-          for (int64_t i = 0; i < visible; ++i) r.push_back(static_cast<int32_t>(W + n + i));
-        } else {
-          for (int32_t i : selected[static_cast<size_t>(t)]) {
-            HS_CHECK(i >= 0 && i < visible, "internal: indexer chose entry ", i, " of ", visible, " visible");
-            r.push_back(static_cast<int32_t>(W + n + i));
-          }
-        }
-      }
-      ld = std::max(ld, r.size());
-    }
-    std::vector<int32_t> flat(static_cast<size_t>(n) * ld, 0), counts(static_cast<size_t>(n));
-    for (int64_t t = 0; t < n; ++t) {
-      const auto& r = rows[static_cast<size_t>(t)];
-      std::copy(r.begin(), r.end(), flat.begin() + static_cast<int64_t>(t * ld));
-      counts[static_cast<size_t>(t)] = static_cast<int32_t>(r.size());
-    }
-    cuda::AttnRows ar{pool, upload_i32(flat.data(), static_cast<int64_t>(flat.size())),
-                      upload_i32(counts.data(), n), static_cast<int64_t>(ld)};
+    auto* rows = reinterpret_cast<int32_t*>(alloc(n * ld));
+    auto* counts = reinterpret_cast<int32_t*>(alloc(n));
+    cuda::attention_rows(ctx_, n, p0, c.window, ratio, E, sel, k, rows, counts, ld);
+    cuda::AttnRows ar{kv_chunk, rows, counts, ld, CudaRing::of(st, ctx_, c.window, hd).data(),
+                      comp && E ? CudaCompressorState::of(*comp, ctx_).entries() : nullptr};
     cuda::attention_sink(ctx_, q, n, c.n_heads, hd, ar, vec(sinks), 1.0f / std::sqrt(static_cast<float>(hd)), out);
     release_to(m);
   }
 
   void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
                   int64_t head_dim) override {
-    std::vector<float> h(static_cast<size_t>(n * head_dim));
-    download(h.data(), kv_chunk, n * head_dim);
-    host_.ring_store(st, h.data(), n, p0, window, head_dim);
+    auto prof = prof_.scope("ring_store");
+    float* ring = CudaRing::of(st, ctx_, window, head_dim).data();
+    // The last min(n, window) rows, position p at slot p % window: at most two runs.
+    const int64_t first = std::max<int64_t>(0, n - window);
+    int64_t t = first;
+    while (t < n) {
+      const int64_t slot = (p0 + t) % window;
+      const int64_t run = std::min<int64_t>(n - t, window - slot);
+      ctx_.copy(ring + slot * head_dim, kv_chunk + t * head_dim, static_cast<size_t>(run * head_dim) * 4);
+      t += run;
+    }
   }
 
+  // MoE with the rounding points of CpuOps::moe under model numerics (FP8 expert inputs, BF16
+  // expert outputs); the FP8 input quantisation is per row, so it is done once before routing.
   void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
            Numerics num, float* y) override {
-    HS_CHECK(num == Numerics::Reference, "CUDA MoE: model numerics not implemented yet");
+    auto prof = prof_.scope("moe", [&] { return " n" + std::string(n > 8 ? ">8" : "<=8"); });
+    const bool model = num == Numerics::Model;
     const int E = c.n_experts, K = c.n_active_experts;
     const int64_t D = c.dim, I = c.moe_inter;
     const size_t m0 = mark();
     float* logits = alloc(n * E);
-    cuda::matmul(ctx_, weight(w.gate), x, n, logits);
+    cuda::matmul(ctx_, weight(w.gate), x, n, logits, gemm_mode());
     const int32_t* dtok = upload_i32(tokens, n);
     int32_t* didx = reinterpret_cast<int32_t*>(alloc(n * K));
     float* dw = alloc(n * K);
     cuda::moe_route(ctx_, logits, n, E, K, w.gate_bias.empty() ? nullptr : vec(w.gate_bias),
                     w.tid2eid.empty() ? nullptr : ivec(w.tid2eid), dtok, c.route_scale, didx, dw);
+    const float* xin = x;
+    if (model) {
+      float* xq = alloc(n * D);
+      copy(xq, x, n * D);
+      act_quant_fp8(xq, n, D);
+      xin = xq;
+    }
+    float* g = alloc(n * I);
+    float* u = alloc(n * I);
+    float* h = alloc(n * I);
+    float* d = alloc(n * D);
+    routed_experts(w, c, xin, n, didx, dw, model, g, u, h, d, y);
+    cuda::matmul(ctx_, weight(w.sh_w1), xin, n, g, gemm_mode());
+    cuda::matmul(ctx_, weight(w.sh_w3), xin, n, u, gemm_mode());
+    cuda::swiglu_clamp(ctx_, g, u, n * I, c.swiglu_limit, h);
+    if (model) act_quant_fp8(h, n, I);
+    cuda::matmul(ctx_, weight(w.sh_w2), h, n, d, gemm_mode());
+    if (model) round_bf16(d, n * D);
+    cuda::add(ctx_, y, d, n * D);
+    if (model) round_bf16(y, n * D);
+    release_to(m0);
+  }
+
+  // The model-numerics round trips, bit-exact with their CPU twins (test_backend_ops_numerics).
+  void round_bf16(float* x, int64_t n) override {
+    auto prof = prof_.scope("round_bf16");
+    cuda::round_bf16(ctx_, x, n);
+  }
+  void act_quant_fp8(float* x, int64_t rows, int64_t cols) override {
+    auto prof = prof_.scope("act_quant_fp8");
+    cuda::act_quant_fp8(ctx_, x, rows, cols);
+  }
+  void kv_fp8_sim(float* x, int64_t rows, int64_t head_dim, int64_t channels) override {
+    auto prof = prof_.scope("kv_fp8_sim");
+    cuda::kv_fp8_sim(ctx_, x, rows, head_dim, channels);
+  }
+  void indexer_fp4_sim(float* x, int64_t rows, int64_t d) override {
+    auto prof = prof_.scope("indexer_fp4_sim");
+    cuda::indexer_fp4_sim(ctx_, x, rows, d);
+  }
+
+ private:
+  struct Block {
+    cuda::DeviceBuffer buf;
+    size_t top = 0;
+  };
+
+  // y = sum over each token's routed experts (idx/wt: device [n, K]) in ascending expert id.
+  // Reads the routing back and runs each used expert over its tokens (g/u/h [n, I], d [n, D]
+  // are scratch).
+  void routed_experts(const LayerWeights& w, const ModelConfig& c, const float* x, int64_t n, const int32_t* didx,
+                      const float* dw, bool model, float* g, float* u, float* h, float* d, float* y) {
+    const int E = c.n_experts, K = c.n_active_experts;
+    const int64_t D = c.dim, I = c.moe_inter;
     std::vector<int32_t> idx(static_cast<size_t>(n * K));
     std::vector<float> wt(idx.size());
     ctx_.download(idx.data(), didx, idx.size() * 4);
     ctx_.download(wt.data(), dw, wt.size() * 4);
     ctx_.synchronize();
     ctx_.fill_bytes(y, 0, static_cast<size_t>(n * D) * 4);
-    float* g = alloc(n * I);
-    float* u = alloc(n * I);
-    float* h = alloc(n * I);
-    float* d = alloc(n * D);
     float* xs = alloc(n * D);
     for (int e = 0; e < E; ++e) {  // ascending expert id, as the CPU reference adds them
       std::vector<int32_t> toks;
@@ -227,40 +345,79 @@ class CudaOps : public Ops {
       float* dwt = alloc(mm);
       upload(dwt, tw.data(), mm);
       cuda::gather_rows(ctx_, x, dt, mm, D, xs);
-      cuda::matmul(ctx_, weight(w.w1[static_cast<size_t>(e)]), xs, mm, g);
-      cuda::matmul(ctx_, weight(w.w3[static_cast<size_t>(e)]), xs, mm, u);
+      cuda::matmul(ctx_, weight(w.w1).slice_rows(e * I, I), xs, mm, g, gemm_mode());
+      cuda::matmul(ctx_, weight(w.w3).slice_rows(e * I, I), xs, mm, u, gemm_mode());
       cuda::swiglu_clamp(ctx_, g, u, mm * I, c.swiglu_limit, h);
-      cuda::matmul(ctx_, weight(w.w2[static_cast<size_t>(e)]), h, mm, d);
+      if (model) act_quant_fp8(h, mm, I);
+      cuda::matmul(ctx_, weight(w.w2).slice_rows(e * D, D), h, mm, d, gemm_mode());
+      if (model) round_bf16(d, mm * D);
       cuda::scatter_add_rows(ctx_, d, dt, dwt, mm, D, y);
       release_to(m1);
     }
-    cuda::matmul(ctx_, weight(w.sh_w1), x, n, g);
-    cuda::matmul(ctx_, weight(w.sh_w3), x, n, u);
-    cuda::swiglu_clamp(ctx_, g, u, n * I, c.swiglu_limit, h);
-    cuda::matmul(ctx_, weight(w.sh_w2), h, n, d);
-    cuda::add(ctx_, y, d, n * D);
-    release_to(m0);
   }
 
-  // The model-numerics round trips have CPU twins only so far (make_ops refuses the mode).
-  void round_bf16(float*, int64_t) override { fail("CUDA: model numerics not implemented yet"); }
-  void act_quant_fp8(float*, int64_t, int64_t) override { fail("CUDA: model numerics not implemented yet"); }
-  void kv_fp8_sim(float*, int64_t, int64_t, int64_t) override { fail("CUDA: model numerics not implemented yet"); }
-  void indexer_fp4_sim(float*, int64_t, int64_t) override { fail("CUDA: model numerics not implemented yet"); }
+  std::string describe(const Mat& W, int64_t n) {  // a profile row: shape, device type, path
+    return " " + std::to_string(W.rows) + "x" + std::to_string(W.cols) + " " + cuda::wtype_name(weight(W).type) +
+           (n > cuda::kMatvecMaxCols ? " gemm" : " matvec");
+  }
 
- private:
-  struct Block {
-    cuda::DeviceBuffer buf;
-    size_t top = 0;
-  };
+  static int checked(int device) {
+    HS_CHECK(device >= 0 && device < cuda::device_count(), "device cuda:", device, " does not exist (",
+             cuda::device_count(), " CUDA device(s) found)");
+    return device;
+  }
+  // Reference numerics multiply in f32 at every batch size; model numerics may use BF16 tensor cores.
+  cuda::GemmMode gemm_mode() const {
+    return numerics_ == Numerics::Reference ? cuda::GemmMode::F32 : cuda::GemmMode::Auto;
+  }
 
-  // Device copies of the shard's tensors, keyed by the host object. The shards (and so these
-  // addresses) live exactly as long as this backend: one Engine owns both.
+  // The device copy of a matrix, made from its stored form on first use (normally when the
+  // loader hands it to adopt_weight) and kept in the Mat itself, so it lives as long as the
+  // shard's weights.
   const cuda::WeightView& weight(const Mat& m) {
-    auto it = weights_.find(&m);
-    if (it == weights_.end())
-      it = weights_.emplace(&m, cuda::upload_gguf_weight(ctx_, GgmlType::F32, m.w.data(), m.rows, m.cols)).first;
-    return it->second.view;
+    if (!m.device) {
+      auto dw = std::make_shared<cuda::DeviceWeight>(upload(m));
+      m.device = dw;
+    }
+    return static_cast<const cuda::DeviceWeight*>(m.device.get())->view;
+  }
+  cuda::DeviceWeight upload(const Mat& m) {
+    const NativeTensor& nt = m.native;
+    // Shapes the device layouts cannot take (model widths always fit; the tiny test models do
+    // not) go up as exact f32: FP8 blocks that a row slice would cut, 2-byte rows that are not
+    // whole 16-byte chunks.
+    const bool fp8_odd = nt.kind == NativeTensor::Kind::Fp8Block && (m.rows % 128 != 0 || m.cols % 128 != 0);
+    const bool half_odd = nt.kind == NativeTensor::Kind::Gguf &&
+                          (nt.type == GgmlType::F16 || nt.type == GgmlType::BF16) && m.cols % 8 != 0;
+    if (fp8_odd || half_odd) {
+      std::vector<float> f(static_cast<size_t>(m.rows * m.cols));
+      if (half_odd) {
+        dequantize_row(nt.type, nt.data, f.data(), m.rows * m.cols);
+      } else {
+        const int64_t sc = (m.cols + 127) / 128;
+        for (int64_t r = 0; r < m.rows; ++r)
+          for (int64_t c = 0; c < m.cols; ++c)
+            f[static_cast<size_t>(r * m.cols + c)] =
+                e4m3_to_f32(nt.data[r * m.cols + c]) * e8m0_to_f32(nt.scales[(r / 128) * sc + c / 128]);
+      }
+      return cuda::upload_gguf_weight(ctx_, GgmlType::F32, f.data(), m.rows, m.cols);
+    }
+    switch (nt.kind) {
+      case NativeTensor::Kind::Gguf:
+        return cuda::upload_gguf_weight(ctx_, nt.type, nt.data, m.rows, m.cols);
+      case NativeTensor::Kind::Fp8Block:
+        return cuda::upload_fp8_weight(ctx_, nt.data, nt.scales, m.rows, m.cols);
+      case NativeTensor::Kind::DeviceFill: {
+        if (!synth_) synth_ = std::make_unique<cuda::SynthPool>(ctx_);
+        const cuda::SynthType t = nt.fp8 ? cuda::SynthType::fp8() : cuda::SynthType::gguf(nt.type);
+        return cuda::make_random_weight(ctx_, *synth_, t, m.rows, m.cols, nt.seed);
+      }
+      case NativeTensor::Kind::None:
+        break;
+    }
+    HS_CHECK(static_cast<int64_t>(m.w.size()) == m.rows * m.cols, "internal: matrix [", m.rows, ", ", m.cols,
+             "] has neither stored bytes nor f32 values");
+    return cuda::upload_gguf_weight(ctx_, GgmlType::F32, m.w.data(), m.rows, m.cols);
   }
   // Device copy of a host vector of the shard (norm weights, HC parameters, tid2eid, ...).
   template <typename T>
@@ -298,18 +455,37 @@ class CudaOps : public Ops {
     return p;
   }
 
+  // Device positions p0 .. p0 + n - 1 (the indexer kernels take an array); reuploaded only
+  // when (p0, n) changes. The buffer is only rewritten in stream order, after its readers.
+  const int64_t* positions(int64_t p0, int64_t n) {
+    if (p0 != pos_p0_ || n != pos_n_) {
+      if (pos_buf_.bytes() < static_cast<size_t>(n) * 8) pos_buf_ = ctx_.alloc(static_cast<size_t>(n) * 16);
+      std::vector<int64_t> h(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = p0 + i;
+      ctx_.upload(pos_buf_.data(), h.data(), h.size() * 8);
+      pos_p0_ = p0;
+      pos_n_ = n;
+    }
+    return pos_buf_.as<int64_t>();
+  }
+
   cuda::DeviceContext ctx_;
-  CpuOps host_;  // the host half of the state bookkeeping
+  Numerics numerics_;
+  std::unique_ptr<cuda::SynthPool> synth_;
+  CudaOpProfile prof_;  // pools of random quantised rows (synthetic models)
+  cuda::DeviceBuffer pos_buf_;
+  int64_t pos_p0_ = -1, pos_n_ = -1;
   std::vector<Block> blocks_;
   size_t cur_ = 0;
   std::vector<std::pair<size_t, size_t>> stack_;  // (block, top before the allocation)
-  std::unordered_map<const void*, cuda::DeviceWeight> weights_;
   std::unordered_map<const void*, cuda::DeviceBuffer> vectors_;
 };
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops(int device, ThreadPool& pool) { return std::make_unique<CudaOps>(device, pool); }
+std::unique_ptr<Ops> make_cuda_ops(int device, Numerics numerics) {
+  return std::make_unique<CudaOps>(device, numerics);
+}
 
 }  // namespace hs
 #endif  // HS_HAVE_CUDA

@@ -20,8 +20,7 @@ std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numer
     HS_CHECK(!id.empty() && id.find_first_not_of("0123456789") == std::string::npos, "device '", device,
              "': expected cuda:N");
 #ifdef HS_HAVE_CUDA
-    HS_CHECK(numerics == Numerics::Reference, "--numerics model is not implemented on CUDA yet (use --numerics reference)");
-    return make_cuda_ops(std::stoi(id), pool);
+    return make_cuda_ops(std::stoi(id), numerics);
 #else
     (void)numerics;
     fail("device '", device, "': this build has no CUDA backend (configure with -DHS_CUDA=ON on a machine with nvcc)");
@@ -74,7 +73,8 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
       ops = ops_.back().second.get();
     }
     const int end = begin + split[i];
-    ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size());
+    ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size(), ops->weight_form(),
+                                        [ops](Mat& m) { ops->adopt_weight(m); });
     shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops, opts.numerics));
     begin = end;
   }
@@ -129,6 +129,34 @@ void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits
     throw;
   }
   release();
+}
+
+int64_t Engine::weight_bytes_per_token() const {
+  int64_t b = 0;
+  for (const auto& s : shards_) b += s->weight_bytes_per_token();
+  return b;
+}
+
+double Engine::copy_bandwidth_gbs() {
+  for (auto& [name, o] : ops_)
+    if (const double g = o->copy_bandwidth_gbs(); g > 0) return g;
+  return 0.0;
+}
+
+void Engine::set_profiling(bool on) {
+  for (auto& [name, o] : ops_) o->set_profiling(on);
+}
+
+std::string Engine::profile_report() {
+  std::string out;
+  for (auto& [name, o] : ops_) {
+    const std::string r = o->profile_report();
+    if (r.empty()) continue;
+    out += name;  // (separate appends: GCC 12 warns falsely on a + chain here)
+    out += ":\n";
+    out += r;
+  }
+  return out;
 }
 
 std::vector<int64_t> parse_chunk_spec(const std::string& spec, int64_t total) {

@@ -28,7 +28,7 @@ Numerics parse_numerics(const std::string& s);
 // The backend for a device name ("cpu", "cuda:N"); errors name the device.
 std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics);
 #ifdef HS_HAVE_CUDA
-std::unique_ptr<Ops> make_cuda_ops(int device, ThreadPool& pool);  // engine/cuda_ops.cpp
+std::unique_ptr<Ops> make_cuda_ops(int device, Numerics numerics);  // engine/cuda_ops.cpp
 #endif
 
 // The state of one sequence across all shards.
@@ -53,6 +53,14 @@ class Engine {
   // Processes n tokens (a prefill chunk or one decode token) and writes logits [n, vocab],
   // or only the last position's [vocab] when all_positions is false (serving).
   void step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions = true);
+
+  // Roofline inputs for benchmarks: weight bytes per decode token over all shards, and the
+  // measured copy bandwidth of the first device backend (0 when every shard is on the CPU).
+  int64_t weight_bytes_per_token() const;
+  double copy_bandwidth_gbs();
+  // Per-op device time of every backend (bench --profile): start recording, and the tables.
+  void set_profiling(bool on);
+  std::string profile_report();
 
  private:
   std::unique_ptr<ModelSource> source_;

@@ -3,6 +3,7 @@
 // Activation pointers are backend memory: the forward never reads or writes them itself.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/sequence_state.h"
@@ -26,6 +27,19 @@ class Ops {
  public:
   virtual ~Ops() = default;
   virtual const char* name() const = 0;
+
+  // How this backend wants the shard's matrices loaded, and its hook to take each one as it
+  // is loaded (a device backend uploads it and drops the host bytes).
+  virtual WeightForm weight_form() const { return WeightForm::F32; }
+  virtual void adopt_weight(Mat&) {}
+  // Bytes a pass over the matrix reads on this backend (its stored form on a device).
+  virtual int64_t weight_bytes(const Mat& m) const { return m.rows * m.cols * 4; }
+  // Measured device copy bandwidth (GB/s, read + write) for roofline figures; 0 where the
+  // backend has none to offer (the CPU).
+  virtual double copy_bandwidth_gbs() { return 0.0; }
+  // Per-op device time (bench --profile): recording on/off, and the table of what was recorded.
+  virtual void set_profiling(bool) {}
+  virtual std::string profile_report() { return {}; }
 
   // Scratch memory, stack-like: alloc() hands out backend memory until release_to(mark())
   // returns everything allocated after the mark.
@@ -59,16 +73,17 @@ class Ops {
   // new entries (pooled, normed, RoPE'd at their first position).
   virtual void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g,
                                  int64_t n, float eps, const RopeTable& rope, Numerics num, EntryQat qat) = 0;
-  // For each query t (position pos[t]): top-min(k, visible) entries of the indexer scores.
-  virtual std::vector<std::vector<int32_t>> indexer_topk(const float* q, const float* w, int64_t n, int ih,
-                                                         int64_t id, const CompressorState& keys,
-                                                         const int64_t* pos, int ratio, int k) = 0;
+  // For each query t (position p0 + t): the top-min(k, visible) entries of the indexer
+  // scores, by descending score (ties to the lower index), into sel [n, k] (backend memory,
+  // int32, padded with -1), visible = min(entries, (p0 + t + 1) / ratio).
+  virtual void indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id,
+                            const CompressorState& keys, int64_t p0, int ratio, int k, int32_t* sel) = 0;
   // Sparse attention with sink for n queries: window rows (ring + this chunk's kv) plus the
-  // compressed entries chosen per query (all visible ones when `selected` is empty).
+  // compressed entries chosen per query in sel [n, k] (-1 = none), or every visible entry when
+  // sel is null.
   virtual void attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st,
-                         const float* kv_chunk, int64_t p0, const CompressorState* comp,
-                         const std::vector<std::vector<int32_t>>& selected, const std::vector<float>& sinks,
-                         float* out) = 0;
+                         const float* kv_chunk, int64_t p0, const CompressorState* comp, const int32_t* sel, int k,
+                         const std::vector<float>& sinks, float* out) = 0;
   virtual void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
                           int64_t head_dim) = 0;
   virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,

@@ -25,6 +25,7 @@ void CompressorState::reset() {
   entries.clear();
   entries.shrink_to_fit();
   n_entries = 0;
+  if (device) device->reset();
 }
 
 void SequenceState::reset() {
@@ -41,8 +42,10 @@ size_t SequenceState::bytes() const {
   size_t b = 0;
   for (const auto& l : layers) {
     b += l.ring.size() * 4;
-    for (const auto* c : {&l.comp, &l.index})
+    for (const auto* c : {&l.comp, &l.index}) {
       b += (c->buf_kv.size() + c->buf_gate.size() + c->prev_kv.size() + c->prev_gate.size() + c->entries.capacity()) * 4;
+      if (c->device) b += c->device->bytes();
+    }
     if (l.device) b += l.device->bytes();
   }
   return b;

@@ -9,7 +9,10 @@
 
 namespace hs {
 
-// One KV compressor (main or indexer) of one layer.
+class BackendState;
+
+// One KV compressor (main or indexer) of one layer. A device backend keeps the buffers and
+// entries in `device` and only the counters (buf_n, has_prev, n_entries) here.
 struct CompressorState {
   int ratio = 0, coff = 1;
   int64_t d = 0;
@@ -19,6 +22,7 @@ struct CompressorState {
   bool has_prev = false;
   std::vector<float> entries;             // [n_entries, d] compressed rows (normed, RoPE'd)
   int64_t n_entries = 0;
+  mutable std::shared_ptr<BackendState> device;  // set by a device backend on first use
 
   void init(int ratio_, int coff_, int64_t d_);
   void reset();
@@ -34,7 +38,7 @@ class BackendState {
 };
 
 struct LayerState {
-  std::vector<float> ring;  // [window, head_dim]: the kv row of position p at slot p % window
+  std::vector<float> ring;  // [window, head_dim]: the kv row of position p at slot p % window (host backends)
   CompressorState comp;     // ratio > 0
   CompressorState index;    // CSA layers: the indexer's key compressor
   mutable std::shared_ptr<BackendState> device;  // set by a device backend on first use

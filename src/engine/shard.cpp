@@ -1,5 +1,6 @@
 #include "engine/shard.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -88,7 +89,7 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, 
   ops_.rope(kv, n, 1, hd, rope, pos.data(), +1);
   if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c.rope_dim);
 
-  std::vector<std::vector<int32_t>> selected;
+  int32_t* selected = nullptr;
   if (L.has_compressor) {
     const int64_t width = L.comp.coff * hd;
     float* a = ops_.alloc(n * width);
@@ -112,12 +113,12 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, 
       ops_.matmul(L.idx_proj, x_in, n, iw);
       bf16(iw, n * IH);
       ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
-      selected = ops_.indexer_topk(iq, iw, n, static_cast<int>(IH), ID, st.index, pos.data(), c.csa_ratio,
-                                   c.index_topk);
+      selected = reinterpret_cast<int32_t*>(ops_.alloc(n * c.index_topk));
+      ops_.indexer_topk(iq, iw, n, static_cast<int>(IH), ID, st.index, p0, c.csa_ratio, c.index_topk, selected);
     }
   }
   float* o = ops_.alloc(n * H * hd);
-  ops_.attention(q, n, c, st, kv, p0, L.has_compressor ? &st.comp : nullptr, selected, L.sinks, o);
+  ops_.attention(q, n, c, st, kv, p0, L.has_compressor ? &st.comp : nullptr, selected, c.index_topk, L.sinks, o);
   ops_.ring_store(st, kv, n, p0, c.window, hd);
   bf16(o, n * H * hd);
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
@@ -175,6 +176,26 @@ void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, const 
   HS_CHECK(X.n_tokens == n && X.width == width, "shard [", w_.begin, ", ", w_.end, "): HC state of ", X.n_tokens,
            " x ", X.width, " floats handed over, expected ", n, " x ", width, " (n_tokens x hc*D)");
   forward(seq, tokens, n, X.data);
+}
+
+int64_t Shard::weight_bytes_per_token() const {
+  const ModelConfig& c = config_;
+  auto vec = [](const std::vector<float>& v) { return static_cast<int64_t>(v.size()) * 4; };
+  auto hc = [&](const HcWeights& h) { return vec(h.fn) + vec(h.base) + vec(h.scale); };
+  auto mat = [&](const Mat& m) { return ops_.weight_bytes(m); };
+  int64_t b = 0;
+  if (w_.has_embed) b += mat(w_.embed) / std::max<int64_t>(w_.embed.rows, 1);
+  if (w_.has_head) b += mat(w_.head) + vec(w_.norm) + hc(w_.hc_head);
+  for (const auto& L : w_.layers) {
+    b += hc(L.hc_attn) + hc(L.hc_ffn) + vec(L.attn_norm) + vec(L.ffn_norm) + vec(L.q_norm) + vec(L.kv_norm) +
+         vec(L.sinks) + vec(L.gate_bias);
+    for (const Mat* m : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate, &L.idx_comp.wkv,
+                         &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_proj, &L.gate, &L.sh_w1, &L.sh_w3, &L.sh_w2})
+      b += mat(*m);
+    b += vec(L.comp.ape) + vec(L.comp.norm) + vec(L.idx_comp.ape) + vec(L.idx_comp.norm);
+    b += (mat(L.w1) + mat(L.w3) + mat(L.w2)) * c.n_active_experts / c.n_experts;
+  }
+  return b;
 }
 
 void Shard::logits(const float* X, int64_t n, float* out) {

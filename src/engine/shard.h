@@ -46,6 +46,9 @@ class Shard {
   // Called with the HC state entering each layer (for bisecting against reference dumps).
   using LayerObserver = std::function<void(int layer, const float* X, int64_t n)>;
   void set_layer_observer(LayerObserver f) { observer_ = std::move(f); }
+  // Weight bytes one decode token reads in this shard on its backend: every dense matrix and
+  // vector, k of the E experts of each stack, one embedding row, the whole output head.
+  int64_t weight_bytes_per_token() const;
   // logits [n, vocab] from X (last shard only).
   void logits(const float* X, int64_t n, float* out);
 

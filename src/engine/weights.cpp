@@ -10,6 +10,8 @@ namespace {
 
 struct Loader {
   const ModelSource& src;
+  WeightForm form;
+  const AdoptWeight& adopt;
   std::map<std::string, TensorSpec> specs;
 
   const TensorSpec& spec(const std::string& name) const {
@@ -18,26 +20,24 @@ struct Loader {
     return it->second;
   }
   std::vector<float> vec(const std::string& name) const { return src.read_f32(spec(name)); }
+  // A matrix, or an expert stack [E * rows, cols], in the form asked for, handed to `adopt`.
   Mat mat(const std::string& name) const {
     const auto& s = spec(name);
-    return Mat{s.shape[0], s.shape[1], src.read_f32(s)};
-  }
-  std::vector<Mat> experts(const std::string& name) const {
-    const auto& s = spec(name);
-    std::vector<float> all = src.read_f32(s);
-    std::vector<Mat> out(static_cast<size_t>(s.shape[0]));
-    const int64_t per = s.shape[1] * s.shape[2];
-    for (int64_t e = 0; e < s.shape[0]; ++e)
-      out[static_cast<size_t>(e)] = Mat{s.shape[1], s.shape[2],
-                                        std::vector<float>(all.begin() + e * per, all.begin() + (e + 1) * per)};
-    return out;
+    Mat m;
+    m.rows = s.role == TensorRole::Experts ? s.shape[0] * s.shape[1] : s.shape[0];
+    m.cols = s.shape.back();
+    if (form == WeightForm::Native) m.native = src.native(s);
+    if (!m.native) m.w = src.read_f32(s);
+    if (adopt) adopt(m);
+    return m;
   }
   HcWeights hc(const std::string& prefix) const { return {vec(prefix + "_fn"), vec(prefix + "_base"), vec(prefix + "_scale")}; }
 };
 
 }  // namespace
 
-ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool with_embed, bool with_head) {
+ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool with_embed, bool with_head,
+                                WeightForm form, const AdoptWeight& adopt) {
   const ModelConfig& c = src.config();
   HS_CHECK(begin >= 0 && begin < end && end <= c.n_layers, "layer range [", begin, ", ", end,
            ") is not inside [0, ", c.n_layers, ")");
@@ -48,7 +48,7 @@ ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool
     if (problems.size() > 8) msg += "\n  ...";
     fail(msg);
   }
-  Loader ld{src, {}};
+  Loader ld{src, form, adopt, {}};
   for (auto& s : model_tensor_specs(c, begin, end, with_embed, with_head)) ld.specs.emplace(s.name, s);
 
   ShardWeights w;
@@ -96,9 +96,9 @@ ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool
     L.gate = ld.mat(g + "ffn_gate_inp");
     if (c.is_hash_layer(l)) L.tid2eid = src.read_i32(ld.spec(g + "ffn_gate_tid2eid"));
     else L.gate_bias = ld.vec(g + "exp_probs_b");
-    L.w1 = ld.experts(g + "ffn_gate_exps");
-    L.w3 = ld.experts(g + "ffn_up_exps");
-    L.w2 = ld.experts(g + "ffn_down_exps");
+    L.w1 = ld.mat(g + "ffn_gate_exps");
+    L.w3 = ld.mat(g + "ffn_up_exps");
+    L.w2 = ld.mat(g + "ffn_down_exps");
     L.sh_w1 = ld.mat(g + "ffn_gate_shexp");
     L.sh_w3 = ld.mat(g + "ffn_up_shexp");
     L.sh_w2 = ld.mat(g + "ffn_down_shexp");

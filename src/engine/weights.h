@@ -1,7 +1,12 @@
-// Weights of a contiguous layer range (a shard), dequantised to f32 for the CPU backend.
-// Loaded from any ModelSource through the canonical tensor inventory.
+// Weights of a contiguous layer range (a shard), loaded from any ModelSource through the
+// canonical tensor inventory. The CPU backend computes on f32 copies (WeightForm::F32);
+// a device backend takes the matrices in their stored form (WeightForm::Native: the GGUF
+// blocks, the official FP8/FP4 bytes, or a synthetic fill made on the device), uploads each
+// one as it is loaded and drops the host bytes, so a shard never holds its weights twice.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,11 +15,16 @@
 
 namespace hs {
 
-struct Mat {  // row-major [rows, cols]
+struct Mat {  // row-major [rows, cols]; expert stacks are [E * rows_per_expert, cols]
   int64_t rows = 0, cols = 0;
-  std::vector<float> w;
+  std::vector<float> w;   // f32 values (WeightForm::F32, or a Native source without native bytes)
+  NativeTensor native;    // stored bytes (WeightForm::Native) until the backend adopts them
+  // The backend's copy (e.g. the CUDA backend's device weight), made by Ops::adopt_weight.
+  mutable std::shared_ptr<void> device;
   const float* row(int64_t r) const { return w.data() + r * cols; }
 };
+
+enum class WeightForm { F32, Native };
 
 struct HcWeights {
   std::vector<float> fn, base, scale;
@@ -40,7 +50,7 @@ struct LayerWeights {
   Mat gate;                     // [E, D]
   std::vector<float> gate_bias; // [E] (score layers)
   std::vector<int32_t> tid2eid; // [V, k] (hash layers)
-  std::vector<Mat> w1, w3, w2;  // routed experts: [I, D], [I, D], [D, I]
+  Mat w1, w3, w2;               // routed experts, stacked: [E * I, D], [E * I, D], [E * D, I]
   Mat sh_w1, sh_w3, sh_w2;      // shared expert
 };
 
@@ -54,7 +64,10 @@ struct ShardWeights {
 };
 
 // Loads and validates (every tensor present with the right shape and an allowed type)
-// the weights of layers [begin, end) plus the embedding and/or output head.
-ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool with_embed, bool with_head);
+// the weights of layers [begin, end) plus the embedding and/or output head. `adopt`, when
+// given, is called on every matrix right after it is read (the backend uploads it).
+using AdoptWeight = std::function<void(Mat&)>;
+ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool with_embed, bool with_head,
+                                WeightForm form = WeightForm::F32, const AdoptWeight& adopt = {});
 
 }  // namespace hs

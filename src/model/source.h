@@ -30,6 +30,26 @@ struct Fp4Matrix {
   int64_t rows = 0, cols = 0;
 };
 
+// A matrix or an expert stack ([E * rows, cols]) in its stored form, for a backend that
+// computes on it directly (engine/weights.h WeightForm::Native).
+struct NativeTensor {
+  enum class Kind : uint8_t {
+    None,        // not available in stored form: read it through read_f32
+    Gguf,        // `data`: rows of `type` (GGUF blocks, or plain F32/F16/BF16 rows)
+    Fp8Block,    // `data`: e4m3 [rows, cols]; `scales`: e8m0 [ceil(rows/128), ceil(cols/128)]
+    DeviceFill,  // nothing stored: the device makes random weights of `type` (or FP8 when fp8)
+  };
+  Kind kind = Kind::None;
+  GgmlType type = GgmlType::F32;
+  bool fp8 = false;                 // DeviceFill: official FP8 with 128x128 block scales
+  const uint8_t* data = nullptr;    // into the source's mapping, or into `owned`
+  uint64_t nbytes = 0;
+  const uint8_t* scales = nullptr;
+  std::shared_ptr<const std::vector<uint8_t>> owned;  // bytes the source had to assemble
+  uint64_t seed = 0;                // DeviceFill
+  explicit operator bool() const { return kind != Kind::None; }
+};
+
 struct StoredTensor {
   std::string name;
   std::string type;              // storage type name (F32, BF16, F8_E4M3, Q8_0, ...)
@@ -58,6 +78,9 @@ class ModelSource {
   // Raw access for lossless conversion; nullopt where the source does not store it that way.
   virtual std::optional<RawGgufTensor> raw_gguf(const TensorSpec&) const { return std::nullopt; }
   virtual std::optional<Fp4Matrix> fp4_expert(const TensorSpec&, int64_t) const { return std::nullopt; }
+  // A Matrix or Experts tensor in stored form (checked like read_f32); Kind::None where the
+  // source has no such form for it.
+  virtual NativeTensor native(const TensorSpec&) const { return {}; }
   // Storage type name of a tensor of the inventory ("" when absent), for inspect.
   virtual std::string storage_type(const TensorSpec& spec) const = 0;
 

@@ -116,6 +116,18 @@ class GgufSource : public ModelSource {
     return out;
   }
 
+  NativeTensor native(const TensorSpec& spec) const override {
+    if (spec.role != TensorRole::Matrix && spec.role != TensorRole::Experts) return {};
+    check(spec);
+    const gguf::TensorInfo* t = find(spec);
+    NativeTensor n;
+    n.kind = NativeTensor::Kind::Gguf;
+    n.type = t->type;
+    n.data = f_.tensor_data(*t);
+    n.nbytes = t->nbytes;
+    return n;
+  }
+
   std::optional<RawGgufTensor> raw_gguf(const TensorSpec& spec) const override {
     check(spec);
     const gguf::TensorInfo* t = find(spec);

@@ -1,8 +1,10 @@
 // HF directory sources: config.json + safetensors, in HF-transformers naming (F32/BF16/F16,
 // fused expert tensors) or official DeepSeek naming (FP8 e4m3 with 128x128 E8M0 block
 // scales, FP4 e2m1 experts packed in I8 with per-32 E8M0 scales, BF16/F32 rest).
+#include <cmath>
 #include <cstring>
 
+#include "format/quants.h"
 #include "format/safetensors.h"
 #include "model/source.h"
 #include "util/error.h"
@@ -158,6 +160,57 @@ class HfSource : public ModelSource {
     return Fp4Matrix{t->data, s->data, spec.shape[1], spec.shape[2]};
   }
 
+  NativeTensor native(const TensorSpec& spec) const override {
+    if (spec.role != TensorRole::Matrix && spec.role != TensorRole::Experts) return {};
+    check(spec);
+    if (spec.role == TensorRole::Matrix) return native_matrix(stored_name(spec, 0), spec.shape[0], spec.shape[1]);
+    const int64_t E = spec.shape[0], rows = spec.shape[1], cols = spec.shape[2];
+    if (!official_) {
+      // HF experts: down [E, D, I] is the stack as is; gate/up are fused [E, 2I, D].
+      const st::Tensor& t = get(spec.hf);
+      const GgmlType type = plain_type(t.dtype);
+      const size_t es = st::dtype_size(t.dtype), row_bytes = static_cast<size_t>(cols) * es;
+      if (t.shape[1] == rows) return plain(type, t.data, static_cast<uint64_t>(E * rows) * row_bytes);
+      auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(E * rows) * row_bytes);
+      for (int64_t e = 0; e < E; ++e)
+        std::memcpy(buf->data() + static_cast<size_t>(e * rows) * row_bytes,
+                    t.data + static_cast<size_t>(e * t.shape[1] + spec.hf_rows_begin) * row_bytes,
+                    static_cast<size_t>(rows) * row_bytes);
+      return owned(type, std::move(buf));
+    }
+    // Official experts are one tensor each: assemble the stack in the first expert's form.
+    if (fp4_expert(spec, 0)) {
+      const int64_t blocks = rows * cols / 32;
+      auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(E * blocks * 17));
+      for (int64_t e = 0; e < E; ++e) {
+        const std::optional<Fp4Matrix> m = fp4_expert(spec, e);
+        HS_CHECK(m, path_, ": expert ", e, " of ", spec.name, " is not FP4 like expert 0");
+        repack_fp4_to_mxfp4(m->codes, m->scales, buf->data() + e * blocks * 17, rows * cols);
+      }
+      return owned(GgmlType::MXFP4, std::move(buf));
+    }
+    std::vector<NativeTensor> parts;
+    for (int64_t e = 0; e < E; ++e) {
+      parts.push_back(native_matrix(stored_name(spec, e), rows, cols));
+      if (!parts.back() || parts.back().kind != parts.front().kind || parts.back().type != parts.front().type ||
+          (parts.back().kind == NativeTensor::Kind::Fp8Block && rows % 128 != 0))
+        return {};  // mixed storage (or FP8 blocks that straddle experts): f32 instead
+    }
+    const size_t per = parts.front().nbytes;
+    const size_t per_scales = parts.front().kind == NativeTensor::Kind::Fp8Block
+                                  ? static_cast<size_t>((rows / 128) * ((cols + 127) / 128)) : 0;
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(E) * (per + per_scales));
+    for (int64_t e = 0; e < E; ++e) {
+      std::memcpy(buf->data() + e * per, parts[static_cast<size_t>(e)].data, per);
+      if (per_scales) std::memcpy(buf->data() + E * per + e * per_scales, parts[static_cast<size_t>(e)].scales, per_scales);
+    }
+    NativeTensor n = owned(parts.front().type, std::move(buf));
+    n.kind = parts.front().kind;
+    n.nbytes = static_cast<uint64_t>(E) * per;
+    if (per_scales) n.scales = n.data + n.nbytes;
+    return n;
+  }
+
   std::vector<int32_t> read_i32(const TensorSpec& spec) const override {
     check(spec);
     HS_CHECK(spec.role == TensorRole::TokenTable, "tensor ", spec.name, " is not an integer table");
@@ -225,6 +278,53 @@ class HfSource : public ModelSource {
     }
     fail(t.file, ": tensor ", name, ": dtype ", st::dtype_name(t.dtype), " is not allowed here (expected ",
          expert ? "F32/F16/BF16, F8_E4M3 + scale or FP4-in-I8 + scale" : "F32/F16/BF16 or F8_E4M3 + scale", ")");
+  }
+
+  static GgmlType plain_type(DType d) {
+    return d == DType::F32 ? GgmlType::F32 : d == DType::F16 ? GgmlType::F16 : GgmlType::BF16;
+  }
+  static NativeTensor plain(GgmlType type, const uint8_t* data, uint64_t nbytes) {
+    NativeTensor n;
+    n.kind = NativeTensor::Kind::Gguf;
+    n.type = type;
+    n.data = data;
+    n.nbytes = nbytes;
+    return n;
+  }
+  static NativeTensor owned(GgmlType type, std::shared_ptr<std::vector<uint8_t>> buf) {
+    NativeTensor n = plain(type, buf->data(), buf->size());
+    n.owned = std::move(buf);
+    return n;
+  }
+
+  // A matrix in stored form: plain float rows, or FP8 e4m3 with e8m0 block scales (F32 scales
+  // that are powers of two convert; others make the matrix go through f32).
+  NativeTensor native_matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    const st::Tensor& t = get(name);
+    if (is_float_dtype(t.dtype))
+      return plain(plain_type(t.dtype), t.data, static_cast<uint64_t>(rows * cols) * st::dtype_size(t.dtype));
+    if (t.dtype != DType::F8_E4M3) return {};
+    const st::Tensor& s = get(scale_name(name));
+    NativeTensor n;
+    n.kind = NativeTensor::Kind::Fp8Block;
+    n.type = GgmlType::F32;
+    n.data = t.data;
+    n.nbytes = static_cast<uint64_t>(rows * cols);
+    if (s.dtype == DType::F8_E8M0) {
+      n.scales = s.data;
+      return n;
+    }
+    const int64_t count = ((rows + 127) / 128) * ((cols + 127) / 128);
+    auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+      const float v = scale_at(s, i);
+      int e = 0;
+      if (!(v > 0.0f) || std::frexp(v, &e) != 0.5f || e - 1 < -127 || e - 1 > 127) return {};
+      (*buf)[static_cast<size_t>(i)] = static_cast<uint8_t>(e - 1 + 127);
+    }
+    n.scales = buf->data();
+    n.owned = std::move(buf);
+    return n;
   }
 
   void read_matrix(const std::string& name, int64_t rows, int64_t cols, float* out) const {

@@ -67,7 +67,8 @@ ModelConfig preset(const std::string& name) {
 
 class SyntheticSource : public ModelSource {
  public:
-  explicit SyntheticSource(const SyntheticSpec& spec) : quant_(synth::parse_quant(spec.quant)), seed_(spec.seed) {
+  explicit SyntheticSource(const SyntheticSpec& spec)
+      : quant_(synth::parse_quant(spec.quant)), seed_(spec.seed), device_fill_(spec.device_fill) {
     config_ = synthetic_config(spec);
     path_ = config_.source;
     for (auto& s : model_tensor_specs(config_, 0, config_.n_layers, true, true)) {
@@ -116,6 +117,20 @@ class SyntheticSource : public ModelSource {
     return out;
   }
 
+  NativeTensor native(const TensorSpec& spec) const override {
+    if (!device_fill_ || (spec.role != TensorRole::Matrix && spec.role != TensorRole::Experts)) return {};
+    check(spec);
+    const synth::Storage st = synth::storage_of(spec, quant_);
+    NativeTensor n;
+    n.kind = NativeTensor::Kind::DeviceFill;
+    n.type = st.reported == "F4_E2M1" ? GgmlType::MXFP4 : st.reported == "BF16" ? GgmlType::BF16 : st.gguf;
+    n.fp8 = st.reported == "F8_E4M3";
+    uint64_t h = 1469598103934665603ull;  // FNV-1a of the name: the same fill in every build
+    for (unsigned char ch : spec.name) h = (h ^ ch) * 1099511628211ull;
+    n.seed = seed_ ^ h;
+    return n;
+  }
+
   std::vector<int32_t> read_i32(const TensorSpec& spec) const override {
     check(spec);
     HS_CHECK(spec.role == TensorRole::TokenTable, "tensor ", spec.name, " is not an integer table");
@@ -135,6 +150,7 @@ class SyntheticSource : public ModelSource {
 
   synth::Quant quant_;
   uint64_t seed_;
+  bool device_fill_ = false;
   std::vector<std::string> order_;
   std::unordered_map<std::string, TensorSpec> index_;
 };

@@ -14,16 +14,19 @@
 //   f32     everything F32
 //   q8      matrices and experts Q8_0
 //   mxfp4   experts MXFP4, matrices Q8_0
-//   q2      experts Q2_K, matrices Q8_0. antirez's q2 has IQ2_XXS gate/up experts; hyperstream
-//           has no IQ2_XXS quantizer, so all experts are Q2_K here.
+//   q2      antirez's ds4 q2 file: gate/up experts IQ2_XXS, down experts Q2_K; attention, shared
+//           experts and output Q8_0; token embedding, router, HC projections, compressors (ape
+//           too) and indexer F16; norms, sinks, HC base/scale, router bias F32.
 //   q4k     experts Q4_K, matrices Q8_0
 //   native  official-checkpoint-like: the official FP8 matrices (attention, shared experts,
 //           indexer q) on the e4m3 grid with 128x128 power-of-two block scales (reported
 //           F8_E4M3, written BF16, which holds them exactly); the other matrices and the norms
 //           BF16-rounded; experts FP4 e2m1 with per-32 E8M0 scales (reported F4_E2M1, written MXFP4).
-// HC projections and vectors stay F32 (norms BF16-exact in `native`), tid2eid I32. A row
-// whose length is not a whole number of the type's blocks (the tiny widths under Q2_K/Q4_K)
-// falls back like llama-quantize: Q2_K -> Q4_0 (IQ4_NL has no quantizer here), Q4_K -> Q5_0.
+// Other than in q2, HC projections and vectors stay F32 (norms BF16-exact in `native`); tid2eid
+// is I32. A row whose length is not a whole number of the type's blocks (the tiny widths under
+// the 256-element types) falls back like llama-quantize: IQ2_XXS, Q2_K -> Q4_0 (llama.cpp
+// picks IQ4_NL, which has no quantizer here; same block and size), Q4_K -> Q5_0, and F16 for a
+// row that is not a whole number of 32 either.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -49,6 +52,10 @@ struct SyntheticSpec {
   std::string quant = "f32";    // f32 | q8 | mxfp4 | q2 | q4k | native
   uint64_t seed = 1;
   int64_t vocab = -1;  // -1: tiny -> the synthetic tokenizer's size, flash/pro -> 129280
+  // Matrices and experts are not made on the host at all: native() asks the device backend
+  // to fill them (random quantised rows of the mix's types; `bench --synthetic`). read_f32
+  // still generates the host values, which then differ from the device's.
+  bool device_fill = false;
 };
 
 // The preset's config with the overrides applied (validated); throws hs::Error naming a bad

@@ -283,7 +283,12 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnArgs a) {
     for (int64_t i = threadIdx.x; i < kAttnTile * hd4; i += blockDim.x) {
       const int64_t r = i / hd4, c = i - r * hd4;
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (j0 + r < r_end) v = reinterpret_cast<const float4*>(a.rows.kv + static_cast<int64_t>(rl[j0 + r]) * hd)[c];
+      if (j0 + r < r_end) {
+        const int32_t ri = rl[j0 + r];
+        const int pool = ri >> kAttnPoolShift;
+        const float* base = pool == 0 ? a.rows.kv : pool == 1 ? a.rows.kv1 : a.rows.kv2;
+        v = reinterpret_cast<const float4*>(base + static_cast<int64_t>(ri & kAttnRowMask) * hd)[c];
+      }
       *reinterpret_cast<float4*>(ks + r * kstride + 4 * c) = v;
     }
     __syncthreads();

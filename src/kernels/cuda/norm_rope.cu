@@ -24,8 +24,9 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float 
 }
 
 // One thread per (token, head, pair).
+// Position of row t: pos[t], or p0 + t * stride when pos is null.
 __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
-                            const float* inv_freq, float sign) {
+                            int64_t p0, int64_t stride, const float* inv_freq, float sign) {
   const int half = rope_dim / 2;
   const int64_t total = n * heads * half;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -33,7 +34,7 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim
     const int p = static_cast<int>(i % half);
     const int64_t th = i / half;  // t * heads + h
     const int64_t t = th / heads;
-    const float ang = static_cast<float>(pos[t]) * inv_freq[p];
+    const float ang = static_cast<float>(pos ? pos[t] : p0 + t * stride) * inv_freq[p];
     float s, c;
     sincosf(ang, &s, &c);
     s *= sign;
@@ -83,14 +84,25 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
 
 void rope(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
           const float* inv_freq, int sign) {
+  HS_CHECK(pos, "rope: no positions");
+  rope_affine(ctx, x, n, heads, head_dim, rope_dim, pos, 0, 0, inv_freq, sign);
+}
+
+void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, int64_t p0,
+                 int64_t stride, const float* inv_freq, int sign) {
+  rope_affine(ctx, x, n, heads, head_dim, rope_dim, nullptr, p0, stride, inv_freq, sign);
+}
+
+void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
+                 const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, int sign) {
   if (n <= 0 || heads <= 0) return;
   HS_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim && head_dim % 2 == 0,
            "rope: bad rope_dim ", rope_dim, " for head_dim ", head_dim);
   HS_CHECK(sign == 1 || sign == -1, "rope: sign must be +1 or -1");
   DeviceGuard g(ctx.device());
   const int64_t total = n * heads * (rope_dim / 2);
-  rope_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, inv_freq,
-                                                               static_cast<float>(sign));
+  rope_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, p0, stride,
+                                                               inv_freq, static_cast<float>(sign));
   HS_CUDA_CHECK_LAUNCH();
 }
 

@@ -95,6 +95,11 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
 // (pos: int64 [n]; inv_freq: f32 [rope_dim/2]); sign -1 rotates backwards. In place.
 void rope(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
           const float* inv_freq, int sign);
+// The same with the positions p0 + t * stride (no position array to upload).
+void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, int64_t p0,
+                 int64_t stride, const float* inv_freq, int sign);
+void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
+                 const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, int sign);
 
 // ---------------------------------------------------------------------------------------
 // Hyper-connections (ds4-model-spec.md §4), X: [n, hc, D]. hc <= 8.
@@ -146,7 +151,14 @@ struct AttnRows {
   const int32_t* rows = nullptr;
   const int32_t* n_rows = nullptr;
   int64_t rows_ld = 0;
+  // Rows may come from up to three pools (the engine's ring, this chunk, the compressed
+  // entries) without copying them together: row index r names row r & kAttnRowMask of
+  // pool r >> kAttnPoolShift (0: kv, 1: kv1, 2: kv2).
+  const float* kv1 = nullptr;
+  const float* kv2 = nullptr;
 };
+constexpr int kAttnPoolShift = 28;
+constexpr int32_t kAttnRowMask = (1 << kAttnPoolShift) - 1;
 void attention_sink(DeviceContext& ctx, const float* q, int64_t nq, int64_t heads, int64_t hd, const AttnRows& rows,
                     const float* sinks, float scale, float* out);
 
@@ -176,6 +188,11 @@ struct SamplingParams {
 // out: int32 [rows] (device).
 void sample(DeviceContext& ctx, const float* logits, int64_t rows, int64_t vocab, const SamplingParams& sp,
             const std::vector<float>& uniform, int32_t* out);
+
+// ---------------------------------------------------------------------------------------
+// Device-to-device copy bandwidth in GB/s, bytes read + written (the roofline the benchmarks
+// quote "% of copy" against): `bytes` copied reps times after 3 warm-ups, events, median.
+double measure_copy_gbs(DeviceContext& ctx, size_t bytes = size_t{1} << 30, int reps = 20);
 
 // ---------------------------------------------------------------------------------------
 // Small elementwise helpers the forward pass needs.

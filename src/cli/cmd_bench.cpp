@@ -1,0 +1,215 @@
+// `hyperstream bench MODEL | --synthetic flash [--layers N] [--quant MIX]`: prefill and decode
+// speed of the engine, with the decode roofline (weight bytes per token, GB/s, % of the
+// device's measured copy bandwidth). Prints a table; --json writes the same numbers.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "cli/args.h"
+#include "cli/engine_args.h"
+#include "engine/engine.h"
+#include "model/synthetic.h"
+#include "util/error.h"
+
+namespace hs::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Deterministic token ids spread over the vocabulary (hash-routed layers see varied ids).
+std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab, uint64_t salt) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  uint64_t x = 0x9e3779b97f4a7c15ull ^ salt;
+  for (auto& v : t) {
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    v = static_cast<int32_t>((x * 2685821657736338717ull >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+struct Result {
+  std::string test;    // pp512, tg128@4096, ...
+  int64_t tokens = 0;  // tokens timed
+  int64_t depth = 0;   // context before the timed tokens
+  double seconds = 0;  // median over the repetitions
+  double tok_s() const { return static_cast<double>(tokens) / seconds; }
+};
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  std::vector<OptionSpec> specs = {
+      {"synthetic", true, "benchmark a synthetic model instead of MODEL: tiny, flash or pro", "PRESET"},
+      {"layers", true, "synthetic: number of layers (default: the preset's)", "N"},
+      {"quant", true, "synthetic: f32, q8, mxfp4, q2, q4k or native (default mxfp4)", "MIX"},
+      {"pp", true, "prefill lengths to time (default 512,4096; 0 for none)", "N,N,..."},
+      {"chunk", true, "prefill chunk size (default 512)", "N"},
+      {"tg", true, "decode tokens to time per depth (default 128; 0 for none)", "N"},
+      {"depth", true, "context lengths before decoding (default 0,4096)", "N,N,..."},
+      {"reps", true, "repetitions of each prefill measurement, median reported (default 3)", "N"},
+      {"json", true, "also write the results as JSON", "FILE"},
+      {"profile", false, "after the runs, print the device time per op of one pp and 16 decode steps"},
+  };
+#ifdef HS_HAVE_CUDA
+  const std::string default_device = "cuda:0";
+#else
+  const std::string default_device = "cpu";
+#endif
+  for (auto& o : engine_option_specs("cpu or cuda:N (default: cuda:0 in a CUDA build, else cpu)",
+                                     "reference (f32 activations, default) or model"))
+    specs.push_back(o);
+  ParsedArgs a("bench", args, specs);
+  if (a.help()) {
+    print_help("bench", "MODEL | --synthetic flash [--layers N] [--quant MIX] [options]",
+               "Times prefill (ppN: N prompt tokens in chunks, tok/s) and batch-1 decode (tgN@D: N tokens after a\n"
+               "context of D, tok/s) end to end through the engine, logits included. For decode it also prints\n"
+               "the weight bytes one token reads (every dense matrix, k of E experts, the output head), the GB/s\n"
+               "that makes, and that as a % of the device's measured copy bandwidth (read + write).\n"
+               "--synthetic builds random weights of the real shapes; on a GPU they are made in device memory.",
+               specs);
+    return 0;
+  }
+  const bool synthetic = a.has("synthetic");
+  HS_CHECK(synthetic != (a.positionals().size() == 1),
+           "expected exactly one MODEL argument or --synthetic PRESET (see hyperstream bench --help)");
+
+  const EngineOptions opts = engine_options(a, default_device, "reference");
+  bool on_device = opts.device.rfind("cuda:", 0) == 0;
+  for (const auto& d : opts.devices) on_device |= d.rfind("cuda:", 0) == 0;
+
+  std::vector<int> pps = parse_int_list("--pp", a.get_or("pp", "512,4096"));
+  std::vector<int> depths = parse_int_list("--depth", a.get_or("depth", "0,4096"));
+  const int64_t tg = a.get_int("tg", 128), chunk = a.get_int("chunk", 512), reps = a.get_int("reps", 3);
+  HS_CHECK(chunk > 0 && reps > 0 && tg >= 0, "--chunk and --reps must be positive, --tg non-negative");
+
+  const auto t_load = Clock::now();
+  std::unique_ptr<Engine> eng;
+  std::string model_name;
+  if (synthetic) {
+    SyntheticSpec s;
+    s.preset = *a.get("synthetic");
+    s.layers = static_cast<int>(a.get_int("layers", -1));
+    s.quant = a.get_or("quant", "mxfp4");
+    s.device_fill = on_device && s.preset != "tiny";  // (tiny widths do not fit the FP8/K-quant device layouts)
+    model_name = "synthetic " + s.preset + " " + s.quant;
+    eng = std::make_unique<Engine>(make_synthetic_source(s), opts);
+  } else {
+    model_name = a.positionals()[0];
+    eng = std::make_unique<Engine>(model_name, opts);
+  }
+  const ModelConfig& c = eng->config();
+  const double load_s = seconds_since(t_load);
+  const int64_t wbytes = eng->weight_bytes_per_token();
+  const double copy_gbs = eng->copy_bandwidth_gbs();
+  std::string devices;
+  for (int i = 0; i < eng->n_shards(); ++i) devices += (i ? "," : "") + eng->shard_device(i);
+  std::printf("bench: %s, %d layers, vocab %lld, devices %s, numerics %s, loaded in %.1f s\n", model_name.c_str(),
+              c.n_layers, static_cast<long long>(c.vocab_size), devices.c_str(),
+              opts.numerics == Numerics::Reference ? "reference" : "model", load_s);
+  std::printf("decode reads %.3f GB of weights per token", static_cast<double>(wbytes) / 1e9);
+  if (copy_gbs > 0) std::printf("; device copy bandwidth %.0f GB/s (read + write, 1 GiB, median of 20)", copy_gbs);
+  std::printf("\n\n");
+
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  auto seq = eng->new_sequence();
+  auto prefill = [&](const std::vector<int32_t>& toks) {
+    for (size_t p = 0; p < toks.size(); p += static_cast<size_t>(chunk)) {
+      const int64_t n = std::min<int64_t>(chunk, static_cast<int64_t>(toks.size() - p));
+      eng->step(*seq, toks.data() + p, n, logits.data(), false);
+    }
+  };
+
+  std::vector<Result> results;
+  for (int pp : pps) {
+    if (pp <= 0) continue;
+    const auto toks = bench_tokens(pp, c.vocab_size, static_cast<uint64_t>(pp));
+    std::vector<double> t;
+    for (int64_t r = 0; r < reps + 1; ++r) {  // the first run warms up (allocations, cuBLAS plans)
+      seq->reset();
+      const auto t0 = Clock::now();
+      prefill(toks);
+      if (r > 0) t.push_back(seconds_since(t0));
+    }
+    results.push_back({"pp" + std::to_string(pp), pp, 0, median(t)});
+    std::fprintf(stderr, "  %s: %.1f tok/s\n", results.back().test.c_str(), results.back().tok_s());
+  }
+  if (tg > 0) {
+    for (int depth : depths) {
+      if (depth < 0) continue;
+      seq->reset();
+      prefill(bench_tokens(depth, c.vocab_size, 7));
+      const auto toks = bench_tokens(tg + 4, c.vocab_size, 11);
+      for (int i = 0; i < 4; ++i) eng->step(*seq, &toks[static_cast<size_t>(i)], 1, logits.data(), false);  // warm-up
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < tg; ++i) eng->step(*seq, &toks[static_cast<size_t>(4 + i)], 1, logits.data(), false);
+      results.push_back({"tg" + std::to_string(tg) + "@" + std::to_string(depth), tg, depth + 4, seconds_since(t0)});
+      std::fprintf(stderr, "  %s: %.1f tok/s\n", results.back().test.c_str(), results.back().tok_s());
+    }
+  }
+
+  std::string profile;
+  if (a.has("profile")) {  // separate runs: the event pairs slow the timed ones down
+    const int64_t pp = pps.empty() || pps.front() <= 0 ? 512 : pps.front();
+    seq->reset();
+    eng->set_profiling(true);
+    prefill(bench_tokens(pp, c.vocab_size, 3));
+    profile += "prefill of " + std::to_string(pp) + " tokens (chunks of " + std::to_string(chunk) + "):\n" +
+               eng->profile_report();
+    const auto toks = bench_tokens(16, c.vocab_size, 5);
+    for (int i = 0; i < 16; ++i) eng->step(*seq, &toks[static_cast<size_t>(i)], 1, logits.data(), false);
+    profile += "\n16 decode steps after it:\n" + eng->profile_report();
+    eng->set_profiling(false);
+    std::printf("%s\n", profile.c_str());
+  }
+
+  std::printf("| test | tokens | seconds | tok/s | weight GB/token | GB/s | %% of copy |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  nlohmann::ordered_json jr = nlohmann::ordered_json::array();
+  for (const auto& r : results) {
+    const bool decode = r.test.rfind("tg", 0) == 0;
+    const double gbs = decode ? static_cast<double>(wbytes) * r.tok_s() / 1e9 : 0.0;
+    std::printf("| %s | %lld | %.3f | %.1f |", r.test.c_str(), static_cast<long long>(r.tokens), r.seconds, r.tok_s());
+    if (decode) {
+      std::printf(" %.3f | %.0f |", static_cast<double>(wbytes) / 1e9, gbs);
+      if (copy_gbs > 0) std::printf(" %.1f |\n", 100.0 * gbs / copy_gbs);
+      else std::printf(" - |\n");
+    } else {
+      std::printf(" | | |\n");
+    }
+    nlohmann::ordered_json j = {{"test", r.test}, {"tokens", r.tokens}, {"depth", r.depth}, {"seconds", r.seconds},
+                                {"tok_s", r.tok_s()}};
+    if (decode) {
+      j["weight_bytes_per_token"] = wbytes;
+      j["gb_s"] = gbs;
+      if (copy_gbs > 0) j["pct_of_copy"] = 100.0 * gbs / copy_gbs;
+    }
+    jr.push_back(j);
+  }
+  if (a.has("json")) {
+    nlohmann::ordered_json out = {{"model", model_name},
+                                  {"layers", c.n_layers},
+                                  {"devices", devices},
+                                  {"numerics", opts.numerics == Numerics::Reference ? "reference" : "model"},
+                                  {"prefill_chunk", chunk},
+                                  {"load_seconds", load_s},
+                                  {"weight_bytes_per_token", wbytes},
+                                  {"copy_gb_s", copy_gbs},
+                                  {"results", jr}};
+    std::ofstream f(*a.get("json"));
+    HS_CHECK(f, "--json: cannot write ", *a.get("json"));
+    f << out.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace hs::cli
