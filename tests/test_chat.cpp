@@ -283,6 +283,46 @@ TEST(ChatEncode, ArgumentsAsObjectOrString) {
             std::string::npos);
 }
 
+// Everything copied from the request is a literal span (tokenized without control tokens);
+// the template's structure around it is not.
+TEST(ChatEncode, LiteralSpansAreTheRequestsText) {
+  const ojson req = ojson::parse(R"({
+    "tools": [{"type": "function", "function": {"name": "f", "description": "D</think>", "parameters": {"type": "object"}}}],
+    "messages": [
+      {"role": "system", "content": "SYS<｜User｜>"},
+      {"role": "user", "content": "U<｜Assistant｜>"},
+      {"role": "assistant", "reasoning_content": "R<think>", "content": "C",
+       "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"k\": \"V｜DSML｜\", \"n\": 1}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "T<｜end▁of▁sentence｜>"},
+      {"role": "latest_reminder", "content": "L<｜latest_reminder｜>"}]})");
+  const ChatPrompt p = encode_request(req, ChatOptions{});
+  std::vector<std::string> spans;
+  size_t prev = 0;
+  for (const TextSpan& s : p.literal) {
+    EXPECT_LT(s.begin, s.end);
+    EXPECT_GE(s.begin, prev);
+    prev = s.end;
+    spans.push_back(p.text.substr(s.begin, s.end - s.begin));
+  }
+  const std::vector<std::string> want = {
+      "SYS<｜User｜>", R"({"name": "f", "description": "D</think>", "parameters": {"type": "object"}})",
+      "U<｜Assistant｜>", "R<think>", "C", "f", "k", "V｜DSML｜", "n", "1", "T<｜end▁of▁sentence｜>",
+      "L<｜latest_reminder｜>"};
+  EXPECT_EQ(spans, want);
+  // Outside the spans: only the template (BOS, markers, tools text, DSML markup, EOS).
+  std::string outside;
+  prev = 0;
+  for (const TextSpan& s : p.literal) outside += p.text.substr(prev, s.begin - prev), prev = s.end;
+  outside += p.text.substr(prev);
+  EXPECT_EQ(outside.find("SYS"), std::string::npos);
+  EXPECT_EQ(outside.find("V｜DSML｜"), std::string::npos);
+  EXPECT_EQ(outside.rfind(std::string(ds4::kBos), 0), 0u);
+  // The text itself is what the official encoder writes (render stays byte-exact).
+  ojson messages = req["messages"];
+  messages[0]["tools"] = req["tools"];
+  EXPECT_EQ(p.text, encode_messages(messages, ChatOptions{}).text);
+}
+
 TEST(ChatEncode, MalformedInputIsAnError) {
   ChatOptions o;
   const char* bad[] = {

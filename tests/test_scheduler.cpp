@@ -177,6 +177,37 @@ TEST_F(SchedulerTest, StopTokenCancelAndAdmission) {
   EXPECT_EQ(s.stats().requests_active, 0);
 }
 
+// The engine-failure test hook: the request ends with Error (with the message) after the
+// tokens it had, its slot is freed, and the other request in flight is not disturbed.
+TEST_F(SchedulerTest, EngineFailureEndsTheRequestOnly) {
+  SchedulerOptions o;
+  o.max_seqs = 1;  // a leaked slot would block the next request
+  o.prefill_chunk = 2;
+  Scheduler s(*engine_, o);
+  const Outcome ref = go(s, {1, 2, 3, 4, 5}, 6).get();
+  for (int64_t after : {0, 4}) {
+    auto prom = std::make_shared<std::promise<std::pair<FinishReason, std::string>>>();
+    auto got = std::make_shared<std::vector<int32_t>>();
+    GenerationRequest r;
+    r.prompt = {1, 2, 3, 4, 5};
+    r.max_tokens = 6;
+    r.sampling.temperature = 0;
+    r.test_fail_after = after;
+    r.on_token = [got](const SampleResult& x) {
+      got->push_back(x.token);
+      return true;
+    };
+    r.on_done = [prom](FinishReason f, const std::string& e) { prom->set_value({f, e}); };
+    s.submit(std::move(r));
+    const auto [reason, error] = prom->get_future().get();
+    EXPECT_EQ(reason, FinishReason::Error);
+    EXPECT_NE(error.find("test hook"), std::string::npos) << error;
+    EXPECT_EQ(*got, std::vector<int32_t>(ref.tokens.begin(), ref.tokens.begin() + after));
+    EXPECT_EQ(s.stats().requests_active, 0);
+    EXPECT_EQ(go(s, {1, 2, 3, 4, 5}, 6).get().tokens, ref.tokens);  // the slot works (and was reset)
+  }
+}
+
 TEST_F(SchedulerTest, ForcedTokensAndShutdown) {
   Scheduler s(*engine_, SchedulerOptions{});
   auto prom = std::make_shared<std::promise<std::vector<int32_t>>>();

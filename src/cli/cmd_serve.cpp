@@ -75,6 +75,8 @@ int cmd_serve(const Args& args) {
   // Test-only: every answer is this text (tokenized, then EOS), or the X-HS-Test-Force-Output
   // header's text; lets tests drive tool calls and stop sequences through a random model.
   specs.push_back({"test-force-output", true, "test only", "TEXT"});
+  // Test-only: honour the X-HS-Test-* request headers (forced output, forced engine failure).
+  specs.push_back({"test-hooks", false, "test only"});
   ParsedArgs a("serve", args, specs);
   if (a.help()) {
     print_help("serve", "[MODEL] [options]",
@@ -112,6 +114,7 @@ int cmd_serve(const Args& args) {
   cfg.variant = model.variant;
   cfg.default_thinking = a.has("default-thinking");
   cfg.forced_output = a.get("test-force-output");
+  cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
   server::Service service(scheduler, *model.tokenizer, cfg, &metrics);
   srv.set_service(&service);
   std::fprintf(stderr, "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d\n",

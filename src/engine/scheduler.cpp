@@ -177,6 +177,8 @@ void Scheduler::step_once() {
     try {
       const auto t0 = std::chrono::steady_clock::now();
       const bool prefill = s.prompt_done < s.req.prompt.size();
+      if (s.req.test_fail_after >= 0 && s.generated >= s.req.test_fail_after)
+        throw Error(cat("engine failure forced by a test hook after ", s.generated, " tokens"));
       int64_t n = 1;
       if (prefill) {
         n = std::min<int64_t>(opts_.prefill_chunk, static_cast<int64_t>(s.req.prompt.size() - s.prompt_done));

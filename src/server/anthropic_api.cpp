@@ -178,7 +178,7 @@ Reply anthropic_messages(Service& svc, const std::string& body, const RequestInf
   spec.max_tokens = static_cast<int>(*max_tokens);
   spec.ignore_eos = opt_bool(req, "ignore_eos").value_or(false);  // extension, as on the OpenAI routes
   apply_chat(spec, build_chat_prompt(svc.tokenizer(), in), in.tools, svc.new_seed());
-  spec.forced = svc.forced_tokens(info.force_output);
+  svc.apply_test_hooks(spec, info);
   const bool stream = opt_bool(req, "stream").value_or(false);
 
   MessageMeta meta{svc.new_id("msg_"), svc.config().model_name, static_cast<int64_t>(spec.prompt.size())};

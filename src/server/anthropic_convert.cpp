@@ -1,4 +1,6 @@
 // Anthropic Messages request -> OpenAI-shaped chat messages and tools (the encoder's input).
+#include <cctype>
+
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
 #include "server/validation.h"
@@ -110,6 +112,11 @@ ojson convert_tools(const ojson* tools) {
       bad_request("tools", where, ": tools of type '", *type, "' are not supported (only client tools)");
     auto name = opt_string(t, "name");
     if (!name || name->empty()) bad_request("tools", where, ".name must be a non-empty string");
+    for (char c : *name)
+      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
+        bad_request("tools", where, ".name '", *name, "' may hold only letters, digits, '_', '-' and '.'");
+    for (const auto& prev : out)
+      if (prev["function"]["name"] == *name) bad_request("tools", where, ": the tool name '", *name, "' is declared twice");
     const ojson* schema = field(t, "input_schema");
     if (!schema || !schema->is_object()) bad_request("tools", where, ".input_schema must be a JSON Schema object");
     ojson fn = {{"name", *name}};

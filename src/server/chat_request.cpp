@@ -22,7 +22,8 @@ ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
   } catch (const Error& e) {
     bad_request("messages", e.what());
   }
-  return {tok.encode(p.text), p.starts_in_reasoning};
+  // Only the template's structure becomes control tokens; the client's text never does.
+  return {tok.encode_with_literals(p.text, p.literal), p.starts_in_reasoning};
 }
 
 void apply_chat(GenerationSpec& spec, const ChatPromptIds& p, const ojson& tools, uint64_t id_seed) {

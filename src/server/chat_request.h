@@ -26,7 +26,9 @@ struct ChatPromptIds {
   bool starts_in_reasoning = false;
 };
 
-// Renders and tokenizes; malformed messages are a 400 ApiError naming "messages".
+// Renders and tokenizes; malformed messages are a 400 ApiError naming "messages". Special-token
+// text inside the request's own strings (contents, tool results, names, arguments, schemas) is
+// tokenized as plain text: only the chat template's structure produces control tokens.
 ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in);
 
 // Fills the chat part of a GenerationSpec (prompt ids, parser options).

@@ -44,6 +44,7 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
   req.sampling = g->spec_.sampling;
   if (!g->spec_.logprobs) req.sampling.top_logprobs = 0;
   if (!g->spec_.ignore_eos && eos >= 0) req.stop_tokens = {eos};
+  req.test_fail_after = g->spec_.fail_after;
   req.on_token = [g](const SampleResult& r) { return g->on_token(r); };
   req.on_done = [g](FinishReason reason, const std::string& error) { g->on_done(reason, error); };
   if (g->spec_.forced) {

@@ -35,6 +35,8 @@ struct GenerationSpec {
   DsmlParserOptions parser;        // chat only
   // Test-only: when set, the output is these ids (then EOS) instead of sampled ones.
   std::optional<std::vector<int32_t>> forced;
+  // Test-only: >= 0 makes the engine fail after this many tokens (GenerationRequest::test_fail_after).
+  int64_t fail_after = -1;
 };
 
 struct TokenInfo {

@@ -1,8 +1,12 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
 
 #include <filesystem>
 
@@ -25,6 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr const char* kForceOutputHeader = "X-HS-Test-Force-Output";
+constexpr const char* kFailAfterHeader = "X-HS-Test-Engine-Fail-After";
 
 struct Route {
   const char* method;
@@ -64,6 +69,16 @@ std::string bearer_token(const std::string& auth) {
   return {};
 }
 
+// The local port of a socket, or -1.
+int local_port_of(int fd) {
+  sockaddr_storage local{};
+  socklen_t n = sizeof(local);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n) != 0) return -1;
+  if (local.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+  if (local.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
+  return -1;
+}
+
 // Connected TCP sockets of this process on local port `port`: the server's client connections.
 // At shutdown the idle keep-alive ones are closed this way (cpp-httplib would otherwise keep a
 // worker waiting out each one's keep-alive timeout).
@@ -79,16 +94,37 @@ std::vector<int> client_sockets(int port) {
     }
     struct stat st {};
     if (fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    sockaddr_storage local{}, peer{};
-    socklen_t n = sizeof(local), m = sizeof(peer);
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &n) != 0) continue;
+    sockaddr_storage peer{};
+    socklen_t m = sizeof(peer);
     if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &m) != 0) continue;  // not connected
-    int p = -1;
-    if (local.ss_family == AF_INET) p = ntohs(reinterpret_cast<sockaddr_in*>(&local)->sin_port);
-    if (local.ss_family == AF_INET6) p = ntohs(reinterpret_cast<sockaddr_in6*>(&local)->sin6_port);
-    if (p == port) out.push_back(fd);
+    if (local_port_of(fd) == port) out.push_back(fd);
   }
   return out;
+}
+
+// The socket of the connection a request came on (cpp-httplib 0.11 does not hand it to
+// handlers): the one whose local port and peer address match the request's; -1 if none.
+int connection_socket(const httplib::Request& req) {
+  for (int fd : client_sockets(req.local_port)) {
+    sockaddr_storage peer{};
+    socklen_t m = sizeof(peer);
+    if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &m) != 0) continue;
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    if (getnameinfo(reinterpret_cast<sockaddr*>(&peer), m, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+      continue;
+    if (req.remote_addr == host && std::to_string(req.remote_port) == port) return fd;
+  }
+  return -1;
+}
+
+// Whether the client closed its side (EOF or an error); data it sent early does not count.
+bool peer_closed(int fd) {
+  char c;
+  const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0) return false;
+  if (n == 0) return true;
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 }  // namespace
@@ -147,16 +183,8 @@ struct HttpServer::Impl {
       Service* s = svc.load();
       if (!s) throw ApiError(503, "the model is loading");
       RequestInfo info;
-      if (s->config().forced_output && req.has_header(kForceOutputHeader)) {
-        ojson v;
-        try {
-          v = ojson::parse(req.get_header_value(kForceOutputHeader));
-        } catch (const ojson::exception&) {
-        }
-        if (!v.is_string()) throw ApiError(400, cat(kForceOutputHeader, " must be a JSON string"));
-        info.force_output = v.get<std::string>();
-      }
-      respond(res, fn(*s, info), rec);
+      if (s->config().test_hooks) info = test_hooks(req);
+      respond(req, res, flavor, fn(*s, info), rec);
     } catch (const ApiError& e) {
       send_error(res, flavor, e, rec.get());
     } catch (const Error& e) {
@@ -167,7 +195,24 @@ struct HttpServer::Impl {
     }
   }
 
-  void respond(httplib::Response& res, Reply r, const std::shared_ptr<AccessRecord>& rec) {
+  // The X-HS-Test-* headers (serve --test-hooks): 400 when malformed.
+  static RequestInfo test_hooks(const httplib::Request& req) {
+    RequestInfo info;
+    if (req.has_header(kForceOutputHeader)) {
+      const ojson v = ojson::parse(req.get_header_value(kForceOutputHeader), nullptr, false);
+      if (!v.is_string()) throw ApiError(400, cat(kForceOutputHeader, " must be a JSON string"));
+      info.force_output = v.get<std::string>();
+    }
+    if (req.has_header(kFailAfterHeader)) {
+      const ojson v = ojson::parse(req.get_header_value(kFailAfterHeader), nullptr, false);
+      if (!v.is_number_unsigned()) throw ApiError(400, cat(kFailAfterHeader, " must be an integer >= 0"));
+      info.fail_after = static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
+    }
+    return info;
+  }
+
+  void respond(const httplib::Request& req, httplib::Response& res, ApiFlavor flavor, Reply r,
+               const std::shared_ptr<AccessRecord>& rec) {
     rec->request_id = r.request_id;
     rec->stream = r.stream;
     res.status = r.status;
@@ -182,23 +227,71 @@ struct HttpServer::Impl {
       key = next_live++;
       live.emplace(key, job->gen);
     }
-    if (r.stream) {
-      res.set_header("Cache-Control", "no-cache");
-      res.set_header("X-Accel-Buffering", "no");
-      metrics.stream_opened();
+    if (!r.stream) {  // the whole answer, its status chosen once the generation has ended
+      struct Unlive {
+        Impl& m;
+        uint64_t key;
+        ~Unlive() {
+          std::lock_guard<std::mutex> lk(m.mu);
+          m.live.erase(key);
+          m.cv.notify_all();
+        }
+      } unlive{*this, key};
+      answer_whole(req, res, flavor, *job, r.content_type, *rec);
+      return;
     }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    metrics.stream_opened();
     res.set_chunked_content_provider(
         r.content_type, [this, job, rec](size_t, httplib::DataSink& sink) { return pump(*job, sink, *rec); },
-        [this, job, key, stream = r.stream](bool) {
+        [this, job, key](bool) {
           job->gen->cancel();  // no-op when it ended; frees the slot when the client went away
-          if (stream) metrics.stream_closed();
+          metrics.stream_closed();
           std::lock_guard<std::mutex> lk(mu);
           live.erase(key);
           cv.notify_all();
         });
   }
 
-  // Runs a whole response on the connection's thread: writes what the writer makes of each
+  // A non-stream answer: runs the generation to its end on the handler's thread, polling the
+  // client's socket so that a client that left cancels its sequence, then sends one body with
+  // the right status: 200, or the API's error body with 500 (the generation failed) or 503
+  // (cancelled by the shutdown).
+  static void answer_whole(const httplib::Request& req, httplib::Response& res, ApiFlavor flavor, Job& job,
+                           const std::string& content_type, AccessRecord& rec) {
+    const int fd = connection_socket(req);
+    try {
+      std::string body = job.writer->begin();
+      for (;;) {
+        GenBatch b = job.gen->next(std::chrono::milliseconds(20));
+        body += job.writer->on_batch(b);
+        if (b.done) {
+          rec.outcome = b.outcome;
+          if (b.outcome.finish == Finish::error || b.outcome.finish == Finish::cancelled) {
+            const ApiError e = outcome_error(b.outcome);
+            res.status = e.status();
+            rec.error = e.what();
+            body = error_body(flavor, e);
+          }
+          res.set_content(body, content_type);
+          return;
+        }
+        if (fd >= 0 && peer_closed(fd)) break;
+      }
+      rec.disconnected = true;
+      res.status = 499;  // nobody reads it (nginx's "client closed request", for the log)
+      res.set_content(error_body(flavor, ApiError(499, "the client closed the connection")), content_type);
+    } catch (const std::exception& e) {
+      log_warn("answering a request failed: ", e.what());
+      rec.error = e.what();
+      res.status = 500;
+      res.set_content(error_body(flavor, ApiError(500, cat("internal error: ", e.what()))), "application/json");
+    }
+    job.gen->cancel();
+  }
+
+  // Runs a streamed response on the connection's thread: writes what the writer makes of each
   // batch, and polls the socket between batches so a client that left cancels its sequence.
   static bool pump(Job& job, httplib::DataSink& sink, AccessRecord& rec) {
     auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };

@@ -154,8 +154,13 @@ ChatInput openai_chat_input(const Service& svc, const ojson& req) {
   ChatInput in;
   in.variant = svc.config().variant;
   in.messages = required_list(req, "messages");
-  for (auto& m : in.messages)  // OpenAI's "developer" is the system role (DeepSeek's is internal)
-    if (m.is_object() && m.contains("role") && m["role"] == "developer") m["role"] = "system";
+  for (size_t i = 0; i < in.messages.size(); ++i) {
+    ojson& m = in.messages[i];
+    if (!m.is_object()) continue;  // the encoder reports it
+    if (m.contains("role") && m["role"] == "developer") m["role"] = "system";  // DeepSeek's developer is internal
+    if (const ojson* name = field(m, "name"); name && !name->is_string())  // accepted, ignored, but typed
+      bad_request("messages", "messages[", i, "].name must be a string, got ", describe_type(*name));
+  }
   in.tools = validate_openai_tools(opt_array(req, "tools"));
   if (!check_tool_choice(field(req, "tool_choice"), in.tools)) in.tools = nullptr;
   if (const ojson* rf = opt_object(req, "response_format")) {
@@ -205,7 +210,7 @@ ChatRequest parse_openai_chat(Service& svc, const ojson& req, const RequestInfo&
 
   apply_chat(spec, build_chat_prompt(svc.tokenizer(), in), in.tools, svc.new_seed());
   spec.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : svc.default_max_tokens(spec.prompt.size());
-  spec.forced = svc.forced_tokens(info.force_output);
+  svc.apply_test_hooks(spec, info);
   return out;
 }
 

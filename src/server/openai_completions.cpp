@@ -159,7 +159,7 @@ Reply openai_completions(Service& svc, const std::string& body, const RequestInf
   spec.stop = opt_stop_list(req, "stop", 16, true);
   spec.ignore_eos = opt_bool(req, "ignore_eos").value_or(false);
   spec.max_tokens = static_cast<int>(opt_int(req, "max_tokens", 1, INT32_MAX).value_or(16));
-  spec.forced = svc.forced_tokens(info.force_output);
+  svc.apply_test_hooks(spec, info);
   const bool stream = opt_bool(req, "stream").value_or(false);
   bool include_usage = false;
   if (const ojson* so = opt_object(req, "stream_options")) {

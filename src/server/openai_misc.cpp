@@ -74,18 +74,32 @@ Reply openai_model(const Service& svc, const std::string& id) {
   return json_reply(model_card(svc));
 }
 
-// {"prompt": "text"} or a chat request {"messages": [...], "tools": [...], ...} -> the ids the
-// server would run (the chat prompt rendered exactly as /v1/chat/completions renders it).
+// {"prompt": "text"} (or llama.cpp's "content") or a chat request {"messages": [...], "tools":
+// [...], ...} -> the ids the server would run. A prompt is tokenized as /v1/completions does it,
+// special-token text parsed as control tokens (llama.cpp's parse_special, default true; false
+// keeps it plain text); add_special (default false) prepends BOS. A chat request is rendered
+// exactly as /v1/chat/completions renders it: template tokens special, the request's text never.
 Reply tokenize_endpoint(Service& svc, const std::string& body) {
   const ojson req = parse_body(body);
+  const auto parse_special = opt_bool(req, "parse_special");
+  const auto add_special = opt_bool(req, "add_special");
   std::vector<int32_t> ids;
   if (field(req, "messages")) {
+    for (const char* key : {"parse_special", "add_special"})
+      if (field(req, key))
+        bad_request(key, "'", key, "' applies to 'prompt' only: in a chat request the template's tokens are always "
+                    "special and the messages' text never is");
     ids = build_chat_prompt(svc.tokenizer(), openai_chat_input(svc, req)).ids;
   } else {
     svc.check_model(opt_string(req, "model"));
     auto prompt = opt_string(req, "prompt");
+    const auto content = opt_string(req, "content");
+    if (prompt && content) bad_request("content", "give 'prompt' or 'content', not both");
+    if (!prompt) prompt = content;
     if (!prompt) bad_request("prompt", "'prompt' (a string) or 'messages' is required");
-    ids = svc.tokenizer().encode(*prompt);
+    const int32_t bos = svc.tokenizer().special_ids().bos;
+    if (add_special.value_or(false) && bos >= 0) ids.push_back(bos);
+    svc.tokenizer().encode_append(*prompt, ids, parse_special.value_or(true));
   }
   ojson out = {{"count", ids.size()}, {"max_model_len", svc.ctx_size()}, {"tokens", ids}};
   if (opt_bool(req, "return_token_strs").value_or(false)) {

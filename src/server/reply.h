@@ -2,6 +2,7 @@
 // turns into bytes (SSE chunks, or one JSON body at the end) while the HTTP layer streams them.
 #pragma once
 #include <memory>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -35,6 +36,7 @@ struct Reply {
 // Per-request inputs from the HTTP layer besides the body.
 struct RequestInfo {
   std::optional<std::string> force_output;  // test hook: X-HS-Test-Force-Output (JSON string)
+  std::optional<int64_t> fail_after;        // test hook: X-HS-Test-Engine-Fail-After (tokens)
 };
 
 }  // namespace hs::server

@@ -26,9 +26,11 @@ uint64_t Service::new_seed() {
   return rng_();
 }
 
-std::optional<std::vector<int32_t>> Service::forced_tokens(const std::optional<std::string>& header_text) const {
-  if (!cfg_.forced_output) return std::nullopt;
-  return tok_.encode(header_text ? *header_text : *cfg_.forced_output);
+void Service::apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) const {
+  // The forced text is model output: its DSML and think tags are meant as tokens.
+  if (cfg_.test_hooks && info.force_output) spec.forced = tok_.encode(*info.force_output);
+  else if (cfg_.forced_output) spec.forced = tok_.encode(*cfg_.forced_output);
+  if (cfg_.test_hooks && info.fail_after) spec.fail_after = *info.fail_after;
 }
 
 int Service::default_max_tokens(size_t prompt_tokens) const {

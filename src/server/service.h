@@ -13,6 +13,7 @@
 #include "engine/scheduler.h"
 #include "server/api_error.h"
 #include "server/generation.h"
+#include "server/reply.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 
@@ -24,9 +25,11 @@ struct ServiceConfig {
   std::string model_name = "hyperstream";
   ChatVariant variant = ChatVariant::v4;
   bool default_thinking = false;  // thinking mode when a request does not say
-  // Test-only (serve --test-force-output): every generation's output is forced to this text,
-  // or to the X-HS-Test-Force-Output header's text when one is sent.
+  // Test-only (serve --test-force-output): every generation's output is forced to this text.
   std::optional<std::string> forced_output;
+  // Test-only (serve --test-hooks, implied by --test-force-output): the X-HS-Test-* request
+  // headers are honoured (RequestInfo).
+  bool test_hooks = false;
 };
 
 class Service {
@@ -43,8 +46,8 @@ class Service {
   // prefix + 24 random alphanumerics ("chatcmpl-…", "msg_…").
   std::string new_id(std::string_view prefix);
   uint64_t new_seed();
-  // The forced output ids of a request (test hooks only), else nullopt.
-  std::optional<std::vector<int32_t>> forced_tokens(const std::optional<std::string>& header_text) const;
+  // The test hooks of a request (forced output, a forced engine failure), when enabled.
+  void apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) const;
   // max_tokens when the client gave none: what is left of the context (400 when nothing is).
   int default_max_tokens(size_t prompt_tokens) const;
   // Checks prompt + max_tokens against the context (400 with the numbers) and submits.

@@ -73,25 +73,61 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, 
     encode_span(text, st, out);
     return;
   }
+  std::vector<AddedTokenMatcher::Match> cuts;
+  match_added(text, 0, text.size(), cuts);
+  encode_cut(text, cuts, st, out);
+}
+
+std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const {
+  std::vector<AddedTokenMatcher::Match> cuts;
+  size_t pos = 0;  // added tokens are matched in the stretches between literal spans
+  for (const TextSpan& s : literal) {
+    HS_CHECK(s.begin >= pos && s.begin <= s.end && s.end <= text.size(), "encode_with_literals: span [", s.begin,
+             ", ", s.end, ") is out of order or outside the text of ", text.size(), " bytes");
+    match_added(text, pos, s.begin, cuts);
+    pos = s.end;
+  }
+  match_added(text, pos, text.size(), cuts);
+  std::vector<int32_t> out;
+  EncodeState st;
+  encode_cut(text, cuts, st, out);
+  return out;
+}
+
+void Tokenizer::match_added(std::string_view text, size_t begin, size_t end,
+                            std::vector<AddedTokenMatcher::Match>& cuts) const {
+  if (begin >= end) return;
+  // A match may not run past `end`: search a view that stops there (positions stay absolute).
+  const std::string_view upto = text.substr(0, end);
   // HF cuts the non-normalized added tokens first, then the normalized ones out of what is left.
-  auto second_pass = [&](std::string_view span) {
-    size_t pos = 0;
+  auto second_pass = [&](size_t from, size_t to) {
+    const std::string_view part = text.substr(0, to);
     AddedTokenMatcher::Match m;
-    while (added_second_.find(span, pos, m)) {
-      encode_span(span.substr(pos, m.begin - pos), st, out);
-      out.push_back(m.id);
-      pos = m.begin + m.length;
+    while (from < to && added_second_.find(part, from, m)) {
+      cuts.push_back(m);
+      from = m.begin + m.length;
     }
-    encode_span(span.substr(pos), st, out);
   };
-  size_t pos = 0;
+  size_t pos = begin;
   AddedTokenMatcher::Match m;
-  while (added_first_.find(text, pos, m)) {
-    second_pass(text.substr(pos, m.begin - pos));
-    out.push_back(m.id);
+  while (pos < end && added_first_.find(upto, pos, m)) {
+    second_pass(pos, m.begin);
+    cuts.push_back(m);
     pos = m.begin + m.length;
   }
-  second_pass(text.substr(pos));
+  second_pass(pos, end);
+}
+
+// The text between the cuts goes through pre-tokenization and BPE; each cut is its token.
+void Tokenizer::encode_cut(std::string_view text, const std::vector<AddedTokenMatcher::Match>& cuts, EncodeState& st,
+                           std::vector<int32_t>& out) const {
+  size_t pos = 0;
+  for (const auto& c : cuts) {
+    encode_span(text.substr(pos, c.begin - pos), st, out);
+    out.push_back(c.id);
+    pos = c.begin + c.length;
+  }
+  encode_span(text.substr(pos), st, out);
 }
 
 // Splits off runs of invalid UTF-8 (each encoded from raw bytes, see bpe.h) and pre-tokenizes

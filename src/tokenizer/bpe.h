@@ -76,6 +76,12 @@ class Tokenizer {
   std::vector<int32_t> encode_plain(std::string_view text) const;
   // Appends to `out` (what the chat encoder uses to build one prompt from many spans).
   void encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens = true) const;
+  // A rendered prompt whose `literal` spans (sorted, disjoint) are text copied from a request:
+  // added tokens are matched only outside them, so "<｜User｜>" written by a client stays plain
+  // text (no control-token injection). Pre-tokenization and BPE still run over each whole
+  // stretch between matched tokens, across span boundaries, so the ids equal encode(text)
+  // whenever the literal spans hold no added-token text. Throws hs::Error on a bad span.
+  std::vector<int32_t> encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const;
 
   // The exact bytes of the ids (added tokens as their literal text, ids of unused/unknown type
   // as nothing; nothing is skipped, so </think> and ｜DSML｜ reach the parser). Not valid
@@ -109,6 +115,10 @@ class Tokenizer {
   // Builds the derived tables once the loader has filled tokens_, types_, normalized_,
   // merge strings and the special names; throws hs::Error on an inconsistent vocabulary.
   void finalize(const std::vector<std::pair<std::string, std::string>>& merges, const std::string& origin);
+  // The added tokens of text[begin, end), in order (HF's two passes), appended to `cuts`.
+  void match_added(std::string_view text, size_t begin, size_t end, std::vector<AddedTokenMatcher::Match>& cuts) const;
+  void encode_cut(std::string_view text, const std::vector<AddedTokenMatcher::Match>& cuts, EncodeState& st,
+                  std::vector<int32_t>& out) const;
   void encode_span(std::string_view span, EncodeState& st, std::vector<int32_t>& out) const;
   void encode_pieces(std::string_view text, EncodeState& st, std::vector<int32_t>& out) const;
   void bpe(std::string_view piece, EncodeState& st, std::vector<int32_t>& out) const;

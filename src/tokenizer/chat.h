@@ -4,8 +4,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tokenizer/chat_json.h"
+#include "tokenizer/tokenizer_added.h"
 
 namespace hs {
 
@@ -34,6 +36,12 @@ struct ChatOptions {
 
 struct ChatPrompt {
   std::string text;  // the whole prompt, BOS included
+  // The byte ranges of `text` copied from the request (message contents, reasoning, tool
+  // results, tool names, argument keys and values, tool schemas, response formats), in order
+  // and disjoint. Tokenize with Tokenizer::encode_with_literals(text, literal) so that special
+  // token text written by a client stays plain text; only the template's own structure (BOS,
+  // role markers, think tags, DSML markup, EOS) becomes control tokens.
+  std::vector<TextSpan> literal;
   // The assistant prefix the encoder wrote last, after which the model generates:
   // "<｜Assistant｜><think>", "<｜Assistant｜></think>", a task token sequence, or "" when the
   // prompt ends with an assistant message (prefill/continuation with wo_eos).

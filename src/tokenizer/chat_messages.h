@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "tokenizer/chat.h"
@@ -32,6 +33,31 @@ struct Msg {
   std::optional<std::string> task;
   bool wo_eos = false;
   std::string tool_call_id;  // role "tool"
+};
+
+// Prompt text being built, with the spans that came from the request (ChatPrompt::literal).
+struct PromptText {
+  std::string text;
+  std::vector<TextSpan> literal;
+
+  // Template structure: special-token text here becomes control tokens.
+  void tmpl(std::string_view s) { text += s; }
+  // Request text: never control tokens.
+  void lit(std::string_view s) { add_span(text.size(), text.size() + s.size()), text += s; }
+  // `s` whose own literal spans are `spans` (offsets into `s`).
+  void append(std::string_view s, const std::vector<TextSpan>& spans) {
+    const size_t base = text.size();
+    text += s;
+    for (const TextSpan& sp : spans) add_span(base + sp.begin, base + sp.end);
+  }
+  void append(const PromptText& o) { append(o.text, o.literal); }
+
+ private:
+  void add_span(size_t b, size_t e) {
+    if (b == e) return;
+    if (!literal.empty() && literal.back().end == b) literal.back().end = e;  // adjacent: merge
+    else literal.push_back({b, e});
+  }
 };
 
 // Validates an array of OpenAI-shaped messages; `what` names it in errors ("messages").

@@ -114,29 +114,33 @@ std::string_view effort_text(const ChatOptions& opts) {
   return {};
 }
 
-std::string render_tools(const ojson& functions) {
-  std::string out(ds4::kToolsBlockPrefix);
+// The tools block: the template's text around the client's schemas (literal: a description may
+// say anything, it never becomes a control token).
+void render_tools(PromptText& out, const ojson& functions) {
+  out.tmpl(ds4::kToolsBlockPrefix);
   for (size_t i = 0; i < functions.size(); ++i) {
-    if (i) out += '\n';
-    py_json_dump_to(out, functions[i]);
+    if (i) out.tmpl("\n");
+    out.lit(py_json_dumps(functions[i]));
   }
-  out += ds4::kToolsBlockSuffix;
-  return out;
+  out.tmpl(ds4::kToolsBlockSuffix);
 }
 
 // The "\n\n"-separated tools and response-format sections of a system/developer message.
-void append_system_extras(std::string& out, const Msg& m) {
-  if (!m.tools.is_null()) out += "\n\n" + render_tools(m.tools);
+void append_system_extras(PromptText& out, const Msg& m) {
+  if (!m.tools.is_null()) {
+    out.tmpl("\n\n");
+    render_tools(out, m.tools);
+  }
   if (!m.response_format.is_null()) {
-    out += "\n\n";
-    out += ds4::kResponseFormatPrefix;
-    py_json_dump_to(out, m.response_format);
+    out.tmpl("\n\n");
+    out.tmpl(ds4::kResponseFormatPrefix);
+    out.lit(py_json_dumps(m.response_format));
   }
 }
 
 struct Rendered {
-  std::string body;
-  std::string transition;  // what follows the message when the model speaks next
+  PromptText body;
+  std::string transition;  // what follows the message when the model speaks next (template only)
 };
 
 Rendered render_message(size_t index, const std::vector<Msg>& msgs, const ChatOptions& opts, bool drop_thinking,
@@ -144,39 +148,46 @@ Rendered render_message(size_t index, const std::vector<Msg>& msgs, const ChatOp
   const Msg& m = msgs[index];
   const bool thinking = opts.thinking_mode == ThinkingMode::thinking;
   Rendered r;
-  std::string& p = r.body;
-  if (index == 0 && thinking) p += effort_text(opts);
+  PromptText& p = r.body;
+  if (index == 0 && thinking) p.tmpl(effort_text(opts));
 
   if (m.role == "system") {
-    p += m.content;
+    p.lit(m.content);
     append_system_extras(p, m);
   } else if (m.role == "developer") {
-    p += ds4::kUser;
-    p += m.content;
+    p.tmpl(ds4::kUser);
+    p.lit(m.content);
     append_system_extras(p, m);
   } else if (m.role == "user") {
-    p += ds4::kUser;
+    p.tmpl(ds4::kUser);
     for (size_t k = 0; k < m.blocks.size(); ++k) {
-      if (k) p += "\n\n";
+      if (k) p.tmpl("\n\n");
       const Block& b = m.blocks[k];
-      if (b.is_tool_result) p += std::string(ds4::kToolResultOpen) + b.text + std::string(ds4::kToolResultClose);
-      else p += b.text;
+      if (b.is_tool_result) {
+        p.tmpl(ds4::kToolResultOpen);
+        p.lit(b.text);
+        p.tmpl(ds4::kToolResultClose);
+      } else {
+        p.lit(b.text);
+      }
     }
   } else if (m.role == "latest_reminder") {
-    p += ds4::kLatestReminder;
-    p += m.content;
+    p.tmpl(ds4::kLatestReminder);
+    p.lit(m.content);
   } else if (m.role == "assistant") {
     // After a task message the assistant turn is the task's answer: never a reasoning part.
     const bool prev_task = index > 0 && msgs[index - 1].task.has_value();
     if (thinking && !prev_task && (!drop_thinking || static_cast<int>(index) > last_user)) {
-      p += m.reasoning;
-      p += ds4::kThinkEnd;
+      p.lit(m.reasoning);
+      p.tmpl(ds4::kThinkEnd);
     }
-    p += m.content;
+    p.lit(m.content);
     std::vector<DsmlCall> calls;
     for (const auto& tc : m.tool_calls) calls.push_back(tc.call);
-    p += render_dsml_block(calls);
-    if (!m.wo_eos) p += ds4::kEos;
+    std::vector<TextSpan> spans;
+    const std::string block = render_dsml_block(calls, &spans);
+    p.append(block, spans);
+    if (!m.wo_eos) p.tmpl(ds4::kEos);
   } else {
     fail("messages: role '", m.role, "' cannot be rendered");
   }
@@ -213,8 +224,8 @@ ChatPrompt render_messages(std::vector<Msg> context, std::vector<Msg> messages, 
   full.insert(full.end(), messages.begin(), messages.end());
   sort_tool_results(full);  // the order of calls carries over from the context
 
-  ChatPrompt out;
-  if (opts.add_bos && context.empty()) out.text = ds4::kBos;
+  PromptText text;
+  if (opts.add_bos && context.empty()) text.tmpl(ds4::kBos);
 
   bool drop = opts.drop_thinking;
   for (const Msg& m : full) drop = drop && m.tools.is_null();  // tools anywhere: keep reasoning
@@ -227,12 +238,15 @@ ChatPrompt render_messages(std::vector<Msg> context, std::vector<Msg> messages, 
     first = std::min(drop_thinking_messages(context).size(), full.size());
   }
   const int last_user = last_user_index(full);
+  ChatPrompt out;
   for (size_t i = first; i < full.size(); ++i) {
     Rendered r = render_message(i, full, opts, drop, last_user);
-    out.text += r.body;
-    out.text += r.transition;
+    text.append(r.body);
+    text.tmpl(r.transition);
     out.generation_prefix = r.transition;
   }
+  out.text = std::move(text.text);
+  out.literal = std::move(text.literal);
   out.starts_in_reasoning = out.generation_prefix == assistant_prefix(ThinkingMode::thinking);
   return out;
 }

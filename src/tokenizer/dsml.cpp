@@ -17,7 +17,17 @@ ojson dsml_arguments_object(const ojson& arguments) {
   return wrapped;
 }
 
-std::string render_dsml_parameters(const ojson& arguments) {
+namespace {
+
+// Appends request text to `out`, recording its span when asked.
+void append_literal(std::string& out, std::string_view s, std::vector<TextSpan>* literal) {
+  if (literal && !s.empty()) literal->push_back({out.size(), out.size() + s.size()});
+  out += s;
+}
+
+}  // namespace
+
+std::string render_dsml_parameters(const ojson& arguments, std::vector<TextSpan>* literal) {
   std::string out;
   bool first = true;
   for (const auto& [key, value] : arguments.items()) {
@@ -26,16 +36,18 @@ std::string render_dsml_parameters(const ojson& arguments) {
     const bool is_str = value.is_string();
     out += "<";
     out += ds4::kDsml;
-    out += "parameter name=\"" + key + "\" string=\"" + (is_str ? "true" : "false") + "\">";
-    if (is_str) out += value.get_ref<const std::string&>();
-    else py_json_dump_to(out, value);
+    out += "parameter name=\"";
+    append_literal(out, key, literal);
+    out += std::string("\" string=\"") + (is_str ? "true" : "false") + "\">";
+    if (is_str) append_literal(out, value.get_ref<const std::string&>(), literal);
+    else append_literal(out, py_json_dumps(value), literal);
     out += ds4::kParamClose;
     out += '>';
   }
   return out;
 }
 
-std::string render_dsml_block(const std::vector<DsmlCall>& calls) {
+std::string render_dsml_block(const std::vector<DsmlCall>& calls, std::vector<TextSpan>* literal) {
   if (calls.empty()) return {};
   std::string out = "\n\n";
   out += ds4::kBlockOpen;
@@ -43,8 +55,14 @@ std::string render_dsml_block(const std::vector<DsmlCall>& calls) {
   for (size_t i = 0; i < calls.size(); ++i) {
     if (i) out += '\n';
     out += ds4::kInvokeOpen;
-    out += " name=\"" + calls[i].name + "\">\n";
-    out += render_dsml_parameters(calls[i].arguments);
+    out += " name=\"";
+    append_literal(out, calls[i].name, literal);
+    out += "\">\n";
+    std::vector<TextSpan> spans;
+    const size_t base = out.size();
+    out += render_dsml_parameters(calls[i].arguments, literal ? &spans : nullptr);
+    if (literal)
+      for (const TextSpan& s : spans) literal->push_back({base + s.begin, base + s.end});
     out += '\n';
     out += ds4::kInvokeClose;
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "tokenizer/chat_json.h"
+#include "tokenizer/tokenizer_added.h"
 
 namespace hs {
 
@@ -22,11 +23,13 @@ struct DsmlCall {
 ojson dsml_arguments_object(const ojson& arguments);
 
 // One parameter per key: strings raw with string="true", anything else as Python JSON with
-// string="false"; joined with "\n" ("" when there are none).
-std::string render_dsml_parameters(const ojson& arguments);
+// string="false"; joined with "\n" ("" when there are none). `literal` (optional) receives the
+// spans of the returned text that come from the call (names, keys, values), as
+// ChatPrompt::literal describes them.
+std::string render_dsml_parameters(const ojson& arguments, std::vector<TextSpan>* literal = nullptr);
 // The whole block as it follows the content of an assistant turn:
 // "\n\n<｜DSML｜tool_calls>\n" invoke {"\n" invoke} "\n</｜DSML｜tool_calls>". "" for no calls.
-std::string render_dsml_block(const std::vector<DsmlCall>& calls);
+std::string render_dsml_block(const std::vector<DsmlCall>& calls, std::vector<TextSpan>* literal = nullptr);
 
 // DSML parameters -> OpenAI arguments text, as DeepSeek's decoder builds it: `{` + entries
 // joined by ", " + `}`, each `json(key): value` where a string="true" value is JSON-quoted

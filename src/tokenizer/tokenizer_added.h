@@ -11,6 +11,13 @@
 
 namespace hs {
 
+// A byte range [begin, end) of a text.
+struct TextSpan {
+  size_t begin = 0;
+  size_t end = 0;
+  bool operator==(const TextSpan&) const = default;
+};
+
 class AddedTokenMatcher {
  public:
   struct Match {
