@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "cli/args.h"
@@ -31,6 +33,69 @@ std::vector<int32_t> read_tokens(const std::string& path) {
 }
 
 
+void print_top(const float* last, int64_t V, int64_t T, long long k) {
+  std::vector<int64_t> idx(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = i;
+  const int64_t kk = std::min<int64_t>(k, V);
+  std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(), [&](int64_t x, int64_t y) { return last[x] > last[y]; });
+  std::printf("top %lld next tokens after position %lld:\n", static_cast<long long>(kk), static_cast<long long>(T - 1));
+  for (int64_t i = 0; i < kk; ++i)
+    std::printf("  token %6lld  logit %9.4f\n", static_cast<long long>(idx[static_cast<size_t>(i)]), last[idx[static_cast<size_t>(i)]]);
+}
+
+void report(const std::string& out, int64_t T, size_t n_chunks, double secs, int64_t V) {
+  std::fprintf(stderr, "logits: %lld tokens in %zu chunk(s), %.3f s (%.1f tok/s) -> %s [%lld x %lld]\n",
+               static_cast<long long>(T), n_chunks, secs, static_cast<double>(T) / secs, out.c_str(),
+               static_cast<long long>(T), static_cast<long long>(V));
+}
+
+// One rank of a pipeline of processes (engine/distributed.h). Rank 0 reads the tokens and writes
+// the .npy; the others serve rank 0 until it says shutdown.
+int run_rank(const ParsedArgs& a, const EngineOptions& opts, const DistributedOptions& d) {
+  std::vector<int32_t> tokens;
+  std::vector<int64_t> chunks;
+  if (d.rank == 0) {
+    HS_CHECK(a.has("tokens"), "missing --tokens FILE (rank 0 owns the tokens)");
+    HS_CHECK(a.has("out"), "missing --out FILE.npy (rank 0 writes the results)");
+    tokens = read_tokens(*a.get("tokens"));
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    chunks = parse_chunk_spec(a.get_or("chunks", std::to_string(T)), T);
+  }
+  try {
+    auto de = std::make_unique<DistributedEngine>(a.positionals()[0], opts, d);
+    std::fprintf(stderr, "logits: rank %d/%d: layers [%d, %d) on %s; pipeline up\n", d.rank, d.world,
+                 de->layer_begin(), de->layer_end(), opts.device.c_str());
+    if (d.rank != 0) {
+      de->serve_forever();
+      std::fprintf(stderr, "logits: rank %d: shut down by rank 0\n", d.rank);
+      return 0;
+    }
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    const int64_t V = de->config().vocab_size;
+    std::vector<float> logits(static_cast<size_t>(T * V));
+    const auto t0 = std::chrono::steady_clock::now();
+    de->new_sequence(0);
+    int64_t pos = 0;
+    for (int64_t c : chunks) {
+      de->step(0, tokens.data() + pos, c, logits.data() + pos * V);
+      pos += c;
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    de->shutdown();
+    npy::write_f32(*a.get("out"), {T, V}, logits.data());
+    report(*a.get("out"), T, chunks.size(), secs, V);
+    if (const long long k = a.get_int("top", 0); k > 0) print_top(logits.data() + (T - 1) * V, V, T, k);
+    return 0;
+  } catch (const std::exception& e) {
+    // The pipeline is down (the peers were told, NCCL aborted). Leave at once rather than tear
+    // down device state behind an aborted communicator (whose teardown may wait for a dead rank).
+    std::fprintf(stderr, "hyperstream logits: error: %s\n", e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
 }  // namespace
 
 int cmd_logits(const Args& args) {
@@ -44,23 +109,28 @@ int cmd_logits(const Args& args) {
   for (auto& o : engine_option_specs("cpu (default) or cuda:N",
                                      "reference (f32, default) or model (bf16 activations, QAT round trips)"))
     specs.push_back(o);
+  for (auto& o : distributed_option_specs()) specs.push_back(o);
   ParsedArgs a("logits", args, specs);
   if (a.help()) {
     print_help("logits", "MODEL --tokens FILE --out FILE.npy [options]",
                "Runs MODEL over the token ids, prefilling them in the given chunks (a chunk of 1 is a decode\n"
                "step), and writes the logits after every token. Used to check the engine against reference\n"
-               "logits: every chunk split must give the same result.",
+               "logits: every chunk split must give the same result.\n\n"
+               "With --rank/--world/--coordinator it is one process of a layer-split pipeline (one shard per\n"
+               "process, NCCL between them; docs/multi-gpu.md): rank 0 reads --tokens and writes --out, the\n"
+               "other ranks (which ignore --tokens/--out/--chunks/--top) run until rank 0 is done.",
                specs);
     return 0;
   }
   HS_CHECK(a.positionals().size() == 1, "expected exactly one MODEL argument (see hyperstream logits --help)");
+  const EngineOptions opts = engine_options(a, "cpu", "reference");
+  if (const auto d = distributed_options(a, opts)) return run_rank(a, opts, *d);
   HS_CHECK(a.has("tokens"), "missing --tokens FILE");
   HS_CHECK(a.has("out"), "missing --out FILE.npy");
   const std::vector<int32_t> tokens = read_tokens(*a.get("tokens"));
   const int64_t T = static_cast<int64_t>(tokens.size());
   const std::vector<int64_t> chunks = parse_chunk_spec(a.get_or("chunks", std::to_string(T)), T);
 
-  const EngineOptions opts = engine_options(a, "cpu", "reference");
   Engine eng(a.positionals()[0], opts);
   const int64_t V = eng.config().vocab_size;
   for (int64_t t = 0; t < T; ++t)
@@ -77,19 +147,8 @@ int cmd_logits(const Args& args) {
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   npy::write_f32(*a.get("out"), {T, V}, logits.data());
-  std::fprintf(stderr, "logits: %lld tokens in %zu chunk(s), %.3f s (%.1f tok/s) -> %s [%lld x %lld]\n",
-               static_cast<long long>(T), chunks.size(), secs, static_cast<double>(T) / secs, a.get("out")->c_str(),
-               static_cast<long long>(T), static_cast<long long>(V));
-  if (const long long k = a.get_int("top", 0); k > 0) {
-    const float* last = logits.data() + (T - 1) * V;
-    std::vector<int64_t> idx(static_cast<size_t>(V));
-    for (int64_t i = 0; i < V; ++i) idx[static_cast<size_t>(i)] = i;
-    const int64_t kk = std::min<int64_t>(k, V);
-    std::partial_sort(idx.begin(), idx.begin() + kk, idx.end(), [&](int64_t x, int64_t y) { return last[x] > last[y]; });
-    std::printf("top %lld next tokens after position %lld:\n", static_cast<long long>(kk), static_cast<long long>(T - 1));
-    for (int64_t i = 0; i < kk; ++i)
-      std::printf("  token %6lld  logit %9.4f\n", static_cast<long long>(idx[static_cast<size_t>(i)]), last[idx[static_cast<size_t>(i)]]);
-  }
+  report(*a.get("out"), T, chunks.size(), secs, V);
+  if (const long long k = a.get_int("top", 0); k > 0) print_top(logits.data() + (T - 1) * V, V, T, k);
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "cli/engine_args.h"
 
+#include <algorithm>
+
 #include "util/error.h"
 
 namespace hs::cli {
@@ -25,6 +27,33 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   HS_CHECK(o.threads >= 0, "--threads must be at least 0");
   o.numerics = parse_numerics(a.get_or("numerics", default_numerics));
   return o;
+}
+
+std::vector<OptionSpec> distributed_option_specs() {
+  return {
+      {"rank", true, "this process's rank in a pipeline of processes (0 owns the tokens and the results)", "R"},
+      {"world", true, "number of processes (ranks) in the pipeline, one shard each", "N"},
+      {"coordinator", true, "rank 0's address: rank 0 listens on the port, the others connect", "HOST:PORT"},
+      {"dist-timeout", true, "seconds to wait for the other ranks at start-up and for a peer in a step (default 600)",
+       "S"},
+  };
+}
+
+std::optional<DistributedOptions> distributed_options(const ParsedArgs& a, const EngineOptions& eo) {
+  const bool any = a.has("rank") || a.has("world") || a.has("coordinator");
+  if (!any) {
+    HS_CHECK(!a.has("dist-timeout"), "--dist-timeout needs --rank, --world and --coordinator");
+    return std::nullopt;
+  }
+  for (const char* o : {"rank", "world", "coordinator"})
+    HS_CHECK(a.has(o), "--", o, " is missing: a pipeline rank needs --rank, --world and --coordinator");
+  DistributedOptions d;
+  d.rank = static_cast<int>(std::clamp<long long>(a.get_int("rank", -1), -1, 1 << 20));
+  d.world = static_cast<int>(std::clamp<long long>(a.get_int("world", 0), 0, 1 << 20));
+  d.coordinator = *a.get("coordinator");
+  d.timeout_s = a.get_double("dist-timeout", d.timeout_s);
+  validate(d, eo);
+  return d;
 }
 
 }  // namespace hs::cli

@@ -1,10 +1,12 @@
 // The engine options every model-running command takes: --device, --devices, --layer-split,
 // --numerics, --threads (logits, bench, serve, run).
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/args.h"
+#include "engine/distributed.h"
 #include "engine/engine.h"
 
 namespace hs::cli {
@@ -14,5 +16,12 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
 // EngineOptions from the parsed options; the defaults apply where an option is absent.
 EngineOptions engine_options(const ParsedArgs& a, const std::string& default_device,
                              const std::string& default_numerics);
+
+// The options of one rank of a multi-process pipeline: --rank, --world, --coordinator,
+// --dist-timeout (docs/multi-gpu.md).
+std::vector<OptionSpec> distributed_option_specs();
+// nullopt when none of --rank/--world/--coordinator is given; otherwise all three must be, and
+// they are checked against the engine options (engine/distributed.h validate).
+std::optional<DistributedOptions> distributed_options(const ParsedArgs& a, const EngineOptions& eo);
 
 }  // namespace hs::cli

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
@@ -63,8 +64,14 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     total += s;
   }
   HS_CHECK(total == config_.n_layers, "layer split sums to ", total, " layers, the model has ", config_.n_layers);
+  HS_CHECK(opts.only_shard < static_cast<int>(split.size()), "shard ", opts.only_shard, " asked for, the split has ",
+           split.size(), " shards");
   int begin = 0;
   for (size_t i = 0; i < split.size(); ++i) {
+    if (opts.only_shard >= 0 && static_cast<int>(i) != opts.only_shard) {
+      begin += split[i];
+      continue;
+    }
     Ops* ops = nullptr;
     for (auto& [name, o] : ops_)
       if (name == devices[i]) ops = o.get();
@@ -78,6 +85,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops, opts.numerics));
     begin = end;
   }
+  shard_offset_ = std::max(opts.only_shard, 0);
 }
 
 const std::string& Engine::shard_device(int i) const {
@@ -93,7 +101,30 @@ std::unique_ptr<Sequence> Engine::new_sequence() const {
   return s;
 }
 
+bool Engine::complete() const {
+  return !shards_.empty() && shards_.front()->owns_embedding() && shards_.back()->owns_output();
+}
+
+HcState Engine::forward_shards(Sequence& seq, const int32_t* tokens, int64_t n, HcState X) {
+  HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
+           shards_.size(), " shards");
+  const int64_t per = config_.hc_mult * config_.dim;
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    Ops& next = shards_[i]->ops();
+    if (i > 0 && &next != &shards_[i - 1]->ops()) {  // (the first shard checks the state it is given)
+      staging_.resize(static_cast<size_t>(n * per));
+      shards_[i - 1]->ops().download(staging_.data(), X.data, n * per);
+      X = HcState{next.alloc(n * per), n, per, &next};
+      next.upload(X.data, staging_.data(), n * per);
+    }
+    shards_[i]->forward(*seq.shards[i], tokens, n, X);
+  }
+  return X;
+}
+
 void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions) {
+  HS_CHECK(complete(), "this engine holds only shard ", shard_offset_, " (layers [", shards_.front()->layer_begin(),
+           ", ", shards_.back()->layer_end(), ")) of a multi-process pipeline: step() needs the whole model");
   HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
            shards_.size(), " shards");
   HS_CHECK(n > 0, "step needs at least one token");
@@ -106,20 +137,11 @@ void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits
   };
   const int64_t per = config_.hc_mult * config_.dim;
   try {
-    Ops* cur = &shards_.front()->ops();
-    HcState X{cur->alloc(n * per), n, per, cur};
+    Ops* first = &shards_.front()->ops();
+    HcState X{first->alloc(n * per), n, per, first};
     shards_.front()->embed(tokens, n, X.data);
-    for (size_t i = 0; i < shards_.size(); ++i) {
-      Ops& next = shards_[i]->ops();
-      if (&next != cur) {
-        staging_.resize(static_cast<size_t>(n * per));
-        cur->download(staging_.data(), X.data, n * per);
-        X = HcState{next.alloc(n * per), n, per, &next};
-        next.upload(X.data, staging_.data(), n * per);
-        cur = &next;
-      }
-      shards_[i]->forward(*seq.shards[i], tokens, n, X);
-    }
+    X = forward_shards(seq, tokens, n, X);
+    Ops* cur = &shards_.back()->ops();
     const int64_t rows = all_positions ? n : 1;
     float* dev_logits = cur->alloc(rows * config_.vocab_size);
     shards_.back()->logits(X.data + (n - rows) * per, rows, dev_logits);

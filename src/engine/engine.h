@@ -20,6 +20,10 @@ struct EngineOptions {
   // One device per shard ("cpu", "cuda:N"; the same device may appear twice). Empty: `device`
   // for every shard.
   std::vector<std::string> devices;
+  // >= 0: build only this shard of the split (only its layers' weights are loaded; the other
+  // shards live in other processes, engine/distributed.h). step() then refuses to run, and the
+  // caller drives the pieces: embed (first shard), forward_shards, logits (last shard).
+  int only_shard = -1;
 };
 
 // "reference" | "model" (the --numerics option); errors name the value.
@@ -53,6 +57,12 @@ class Engine {
   // Processes n tokens (a prefill chunk or one decode token) and writes logits [n, vocab],
   // or only the last position's [vocab] when all_positions is false (serving).
   void step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions = true);
+  // Whether this engine holds the whole pipeline (embedding to output head).
+  bool complete() const;
+  // Runs every shard of this engine over the HC state X (on the first shard's backend), staging
+  // it between backends, and returns the state on the last shard's backend. Scratch is the
+  // caller's to release (mark/release_to on the backends).
+  HcState forward_shards(Sequence& seq, const int32_t* tokens, int64_t n, HcState X);
 
   // Roofline inputs for benchmarks: weight bytes per decode token over all shards, and the
   // measured copy bandwidth of the first device backend (0 when every shard is on the CPU).
@@ -69,6 +79,7 @@ class Engine {
   std::vector<std::pair<std::string, std::unique_ptr<Ops>>> ops_;  // one backend per distinct device
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<float> staging_;  // host copy of the HC state between shards on different backends
+  int shard_offset_ = 0;        // index in the split of shards_[0] (EngineOptions::only_shard)
 };
 
 // "5,11,1" -> {5,11,1}; "k" -> chunks of k covering total. Errors name the spec.
