@@ -1,0 +1,40 @@
+// Routed MoE experts on the device (ds4-model-spec.md §6 steps 5 and 7, the routed part):
+// every data-dependent decision (which experts, how many tokens each) is taken on the GPU, so
+// the call never waits for the host and can be captured in a CUDA graph. Conventions as in
+// ops_cuda.h: pointers are device memory on ctx's device, work is queued on ctx.stream().
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/ops_cuda.h"
+
+namespace hs::cuda {
+
+constexpr int kMoeMaxK = 32;           // slots per token
+constexpr int kMoeMaxExperts = 1024;
+
+// Device workspace moe_experts needs for these shapes (a multiple of 256 bytes).
+size_t moe_experts_workspace_bytes(int64_t n, int k, int64_t D, int64_t I, int n_experts);
+
+// Routed experts over stacked weights: expert e of w1/w3 is rows [e*I, (e+1)*I) ([I, D] each),
+// of w2 rows [e*D, (e+1)*D) ([D, I]); w1 and w3 share one type, w2 may have another.
+// For token t < n:
+//   y[t, :] = sum over its k slots j, in ascending expert id, of w2_e . (weight[t, j] * h),
+//   h = silu(min(g, limit)) * clamp(u, -limit, limit), g = w1_e . x_t, u = w3_e . x_t
+// (cpu::swiglu_clamp; the routing weight scales h before the down projection, spec §6.5).
+// idx, weight: [n, k] (as cuda::moe_route writes them; ids outside [0, n_experts) are clamped
+// into it so that no access leaves the weights). x: [n, D] f32, 16-byte aligned. y: [n, D]
+// f32, overwritten. workspace: moe_experts_workspace_bytes(n, k, D, I, n_experts) bytes,
+// 256-byte aligned; the call allocates nothing and its launches depend only on the shapes and
+// types, never on idx.
+//
+// n <= kMatvecMaxCols (decode): f32 weight streaming per (token, slot), as matmul's n <= 8
+// path; `mode` is ignored. Larger n (prefill): tokens are grouped by expert on the device and
+// each group is multiplied with the expert's weights read once per 16 tokens, in FP32 (mode
+// F32, or Auto with F32 weights) or on bf16 tensor cores with f32 accumulation (Bf16, or Auto
+// with other weight types). Results are bit-reproducible run to run (no float atomics).
+void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
+                 const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
+                 GemmMode mode, void* workspace, float* y);
+
+}  // namespace hs::cuda

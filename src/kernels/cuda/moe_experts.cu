@@ -1,0 +1,787 @@
+// Routed MoE experts with every data-dependent decision on the device (moe_cuda.h).
+//
+// Decode (n <= 8): two f32 weight-streaming kernels (matvec.cu's scheme). Gate/up: row groups
+// per (token, slot); a warp owns R rows of the slot's expert in w1 and the same rows in w3 (2R
+// streams, a 16-byte chunk per lane per step, the next step in flight; x in shared memory,
+// swizzled); split-K partials are combined in a fixed order and h = weight * swiglu_clamp(g, u)
+// goes to [t, rank, :], rank = the slot's place in ascending expert order. Down: row groups per
+// token over a virtual input row, the token's k h vectors in that order (segment s reads expert
+// seg_e[s] of w2), so the sum over slots is one dot product in a fixed order. GGUF blocks: the
+// same, each step's bytes staged per warp in shared memory, decoded by quant_decode.cuh.
+//
+// Prefill (n > 8): a one-block counting sort groups the (token, slot) pairs by expert into items
+// of <= 16 tokens. A persistent kernel walks (item, row tile) units; a warp owns two 16-row
+// fragments (gate/up: the same rows of w1 and w3, SwiGLU in registers; down: 32 rows of w2) and
+// streams their chunks into registers (next K-step in flight; GGUF blocks staged per warp).
+// Bf16: lane (g, c) decodes chunks 2c, 2c+1 of rows g, g+8; MMA step (h, p) of mma.sync
+// m16n8k16 (f32 accumulate) takes elements (2c+h)*E + 4p..+3, and the token panel in shared
+// memory is stored in that permuted K order (one permutation of K for A and B leaves the product
+// unchanged). F32: one row per lane, f32 FMA in K order. A last kernel sums each token's slot
+// rows in ascending expert id. Every output depends only on its own token and weights (no float
+// atomics): the unordered placement within an expert's bucket changes no bit.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/moe_cuda.h"
+#include "kernels/cuda/quant_decode.cuh"
+#include "kernels/cuda/weights.cuh"
+
+#define HS_UNROLL _Pragma("unroll")
+
+namespace hs::cuda {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTok = 16;  // tokens per prefill work item
+
+__device__ __forceinline__ int clamp_e(int e, int E) { return e < 0 ? 0 : (e >= E ? E - 1 : e); }
+
+// Place of slot j among a token's k slots, ordered by (expert id, slot).
+__device__ __forceinline__ int slot_rank(const int32_t* it, int k, int j, int E) {
+  const int e = clamp_e(it[j], E);
+  int r = 0;
+  for (int i = 0; i < k; ++i) r += clamp_e(it[i], E) < e || (clamp_e(it[i], E) == e && i < j);
+  return r;
+}
+
+// cpu::swiglu_clamp of one element.
+__device__ __forceinline__ float swiglu(float g, float u, float limit) {
+  g = limit < g ? limit : g;
+  u = u < -limit ? -limit : (limit < u ? limit : u);
+  return g / (1.0f + expf(-g)) * u;
+}
+
+// n4 float4s of src into xs4, float4 i at i ^ ((i >> 3) & (Q - 1)) (conflict-free chunk reads);
+// 4 loads per thread in flight (blocks of kThreads threads).
+template <int Q>
+__device__ __forceinline__ void stage_x(float4* xs4, const float* src, int64_t n4) {
+  const float4* s4 = reinterpret_cast<const float4*>(src);
+  for (int64_t i0 = threadIdx.x; i0 < n4; i0 += 4 * kThreads) {
+    float4 v[4];
+    HS_UNROLL for (int u = 0; u < 4; ++u) v[u] = i0 + u * kThreads < n4 ? s4[i0 + u * kThreads] : float4{};
+    HS_UNROLL for (int u = 0; u < 4; ++u) {
+      const int64_t i = i0 + u * kThreads;
+      if (i < n4) xs4[i ^ ((i >> 3) & (Q - 1))] = v[u];
+    }
+  }
+}
+
+// 16 bytes at p of which only those below `end` are read (the rest are zero).
+__device__ __noinline__ uint4 load_tail(const uint8_t* p, const uint8_t* end) {
+  uint8_t v[16];
+  HS_UNROLL for (int i = 0; i < 16; ++i) v[i] = p + i < end ? p[i] : 0;
+  uint4 u;
+  memcpy(&u, v, 16);
+  return u;
+}
+__device__ __forceinline__ uint4 load_chunk(const uint8_t* p, const uint8_t* end) {
+  return p + 16 <= end ? ld_stream16(p) : load_tail(p, end);
+}
+__device__ __forceinline__ void cp_async16(void* dst, const uint8_t* src, const uint8_t* end) {
+  if (src + 16 > end) return void(*static_cast<uint4*>(dst) = load_tail(src, end));
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // a in the low half
+  uint32_t u;
+  memcpy(&u, &h, 4);
+  return u;
+}
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ---------------------------------------------------------------------------------------
+// Decode
+
+// GGUF blocks in decode: a step is 32 units (32 elements) of one segment row, one per lane.
+template <GgmlType T>
+struct Geo {
+  using Tr = QTraits<T>;
+  static constexpr int kUnits = Tr::kBlk / 32;  // units per block
+  static constexpr int kBlocks = 32 / kUnits;   // blocks per step
+  static constexpr int kPerLane = ((kBlocks * Tr::kBytes + 30) / 16 + 31) / 32;  // 16-byte chunks
+  static constexpr int kStage = kPerLane * 512 + 16;                             // + over-read pad
+};
+
+struct DecArgs {
+  const uint8_t *wa, *wb, *sa, *sb;  // w1 and w3 (gate/up) or w2 (down), and their scales
+  const uint8_t *wa_end, *wb_end;    // ends of the views (edge loads of GGUF blocks)
+  const float* x;                    // gate/up: x [n, D]; down: h [n, k, I]
+  const int32_t* idx;
+  const float* weight;
+  float* out;  // gate/up: h [n, k, I]; down: y [n, D]
+  int64_t rows, L;  // output rows per expert, input width of one segment
+  int k, E, splits, seg_per_piece;
+  float limit;
+};
+
+// x . (16-byte chunk c of each of NS rows), unscaled (matvec.cu's mv_chunk for one column).
+template <WType T, int NS>
+__device__ __forceinline__ void dot_chunk(const uint4 (&raw)[NS], const float4* xs4, int64_t c, float (&part)[NS]) {
+  using Tr = WTraits<T>;
+  constexpr int Q = Tr::E / 4;
+  HS_UNROLL for (int r = 0; r < NS; ++r) part[r] = 0.f;
+  if constexpr (T == WType::MXFP4) {
+    HS_UNROLL for (int wd = 0; wd < 4; ++wd) {
+      const int64_t ga = c * Q + wd, gb = ga + 4;
+      const float4 xa = xs4[ga ^ ((ga >> 3) & (Q - 1))], xb = xs4[gb ^ ((gb >> 3) & (Q - 1))];
+      HS_UNROLL for (int r = 0; r < NS; ++r) {
+        float lo[4], hi[4];
+        Tr::word(word_of(raw[r], wd), lo, hi);
+        part[r] = fma4(hi, xb, fma4(lo, xa, part[r]));
+      }
+    }
+  } else {
+    HS_UNROLL for (int p = 0; p < Q; ++p) {
+      const int64_t gi = c * Q + p;
+      const float4 xv = xs4[gi ^ ((gi >> 3) & (Q - 1))];
+      HS_UNROLL for (int r = 0; r < NS; ++r) {
+        float w[4];
+        Tr::part(raw[r], p, w);
+        part[r] = fma4(w, xv, part[r]);
+      }
+    }
+  }
+}
+
+// Gate/up blocks serve the slot blockIdx.y = t*k + j, down blocks the token blockIdx.y = t.
+// Dynamic shared memory: [GGUF tables][x piece: seg_per_piece * L floats][GGUF staging].
+template <class Src, int R, bool GU>
+__global__ void __launch_bounds__(kThreads) dec_kernel(DecArgs a) {
+  constexpr int NS = GU ? 2 * R : R;
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  __shared__ float red[kWarps][NS];
+  __shared__ int seg_e[kMoeMaxK], s_rank;
+  __shared__ float s_w;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, S = a.splits, G = kWarps / S;
+  [[maybe_unused]] QTabs tabs{};
+  if constexpr (Src::kGgml) tabs = stage_tables<Src::kType>(smem);
+  const int64_t q = blockIdx.y, t = GU ? q / a.k : q;
+  if (static_cast<int>(threadIdx.x) < a.k) {  // the token's experts in ascending order
+    const int j = threadIdx.x, r = slot_rank(a.idx + t * a.k, a.k, j, a.E);
+    seg_e[r] = clamp_e(a.idx[t * a.k + j], a.E);
+    if (GU && t * a.k + j == q) s_rank = r, s_w = a.weight[q];
+  }
+  __syncthreads();  // also publishes the tables
+  const int nseg = GU ? 1 : a.k;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (G * R) + (warp / S) * R;
+  int64_t rr[R];
+  HS_UNROLL for (int r = 0; r < R; ++r) rr[r] = min64(row0 + r, a.rows - 1);  // past the end: not stored
+  float acc[NS] = {};
+  float4* xs4 = reinterpret_cast<float4*>(smem + Src::kTables);
+  for (int p0 = 0; p0 < nseg; p0 += a.seg_per_piece) {
+    const int p1 = min(nseg, p0 + a.seg_per_piece);
+    const float* xsrc = a.x + (GU ? t : t * a.k + p0) * a.L;
+    const int64_t n4 = (p1 - p0) * a.L / 4;
+    if (p0 > 0) __syncthreads();
+    if constexpr (!Src::kGgml) {
+      constexpr WType T = Src::kType;
+      using Tr = WTraits<T>;
+      const int64_t Cs = a.L / Tr::E, rb = row_bytes<T>(a.L), Ct = (p1 - p0) * Cs, step = 32 * S;
+      const ScaleRef sref[2] = {{a.sa, a.L}, {a.sb, a.L}};
+      auto load = [&](int seg, int64_t cc, uint4(&raw)[NS], float(&sc)[NS]) {
+        const int64_t e = GU ? seg_e[s_rank] : seg_e[seg];
+        HS_UNROLL for (int r = 0; r < NS; ++r) {
+          const int64_t grow = e * a.rows + rr[r % R];
+          raw[r] = ld_stream16((r < R ? a.wa : a.wb) + grow * rb + cc * 16);
+          sc[r] = Tr::kScaled ? sref[r < R ? 0 : 1].get(T, grow, cc) : 1.0f;
+        }
+      };
+      int64_t c = (warp % S) * 32 + lane, cc = c % Cs;
+      int seg = p0 + static_cast<int>(c / Cs);
+      uint4 raw[NS];
+      float sc[NS];
+      if (c < Ct) load(seg, cc, raw, sc);  // in flight while x is staged
+      stage_x<Tr::E / 4>(xs4, xsrc, n4);
+      __syncthreads();
+      while (c < Ct) {
+        const int64_t cn = c + step;
+        for (cc += step; cc >= Cs; cc -= Cs) ++seg;
+        uint4 nraw[NS] = {};
+        float nsc[NS] = {};
+        if (cn < Ct) load(seg, cc, nraw, nsc);
+        float part[NS];
+        dot_chunk<T, NS>(raw, xs4, c, part);
+        HS_UNROLL for (int r = 0; r < NS; ++r) {
+          acc[r] = Tr::kScaled ? fmaf(part[r], sc[r], acc[r]) : acc[r] + part[r];
+          raw[r] = nraw[r];
+          sc[r] = nsc[r];
+        }
+        c = cn;
+      }
+    } else {
+      constexpr GgmlType T = Src::kType;
+      using Tr = QTraits<T>;
+      using Gm = Geo<T>;
+      uint8_t* stage = smem + Src::kTables + static_cast<int64_t>(a.seg_per_piece) * a.L * 4 + warp * NS * Gm::kStage;
+      const int64_t Us = a.L / 32, SPS = (Us + 31) / 32, bpr = a.L / Tr::kBlk, rb = bpr * Tr::kBytes;
+      const int64_t tot = (p1 - p0) * SPS;
+      uint4 buf[NS][Gm::kPerLane];
+      int n16[NS], head[NS];
+      auto issue = [&](int64_t sg) {  // step sg of the piece -> registers
+        const int64_t e = GU ? seg_e[s_rank] : seg_e[p0 + sg / SPS];
+        const int64_t b0 = (sg % SPS) * Gm::kBlocks, b1 = min64(bpr, b0 + Gm::kBlocks);
+        HS_UNROLL for (int r = 0; r < NS; ++r) {
+          const uint8_t* base = (r < R ? a.wa : a.wb) + (e * a.rows + rr[r % R]) * rb;
+          const uintptr_t lo = reinterpret_cast<uintptr_t>(base + b0 * Tr::kBytes), a0 = lo & ~uintptr_t{15};
+          const uintptr_t hi = reinterpret_cast<uintptr_t>(base + b1 * Tr::kBytes);
+          n16[r] = static_cast<int>((((hi + 15) & ~uintptr_t{15}) - a0) >> 4);
+          head[r] = static_cast<int>(lo - a0);
+          HS_UNROLL for (int i = 0; i < Gm::kPerLane; ++i)
+            if (lane + 32 * i < n16[r])
+              buf[r][i] = load_chunk(reinterpret_cast<const uint8_t*>(a0 + 16 * (lane + 32 * i)),
+                                     r < R ? a.wa_end : a.wb_end);
+        }
+      };
+      if (warp % S < tot) issue(warp % S);
+      stage_x<8>(xs4, xsrc, n4);
+      __syncthreads();
+      for (int64_t sg = warp % S; sg < tot; sg += S) {
+        int hd[NS];
+        HS_UNROLL for (int r = 0; r < NS; ++r) {
+          uint4* st = reinterpret_cast<uint4*>(stage + r * Gm::kStage);
+          HS_UNROLL for (int i = 0; i < Gm::kPerLane; ++i) if (lane + 32 * i < n16[r]) st[lane + 32 * i] = buf[r][i];
+          hd[r] = head[r];
+        }
+        __syncwarp();
+        if (sg + S < tot) issue(sg + S);  // in flight while this step decodes
+        const int64_t ui = (sg % SPS) * 32 + lane, xu = (sg / SPS) * Us + ui;
+        if (ui < Us) {
+          float v[NS][32];
+          HS_UNROLL for (int r = 0; r < NS; ++r)
+            QDecode<T>::unit(BlockIn{reinterpret_cast<const uint32_t*>(stage + r * Gm::kStage),
+                                     hd[r] + (lane / Gm::kUnits) * Tr::kBytes},
+                             lane % Gm::kUnits, tabs, v[r]);
+          HS_UNROLL for (int p = 0; p < 8; ++p) {
+            const float4 xv = xs4[xu * 8 + (p ^ static_cast<int>(xu & 7))];
+            HS_UNROLL for (int r = 0; r < NS; ++r)
+              acc[r] = fma4(make_float4(v[r][4 * p], v[r][4 * p + 1], v[r][4 * p + 2], v[r][4 * p + 3]), xv, acc[r]);
+          }
+        }
+        __syncwarp();  // the staging buffer is rewritten next
+      }
+    }
+  }
+  // Warp sums, the S split partials of each row in a fixed order, the epilogue.
+  HS_UNROLL for (int r = 0; r < NS; ++r) {
+    const float v = warp_sum(acc[r]);
+    if (lane == 0) red[warp][r] = v;
+  }
+  __syncthreads();
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (G * R) + threadIdx.x;
+  if (static_cast<int>(threadIdx.x) >= G * R || row >= a.rows) return;
+  const int gg = threadIdx.x / R, r = threadIdx.x % R;
+  float va = 0.f, vb = 0.f;
+  for (int s = 0; s < S; ++s) {
+    va += red[gg * S + s][r];
+    if constexpr (GU) vb += red[gg * S + s][R + r];
+  }
+  if constexpr (GU) a.out[(t * a.k + s_rank) * a.rows + row] = s_w * swiglu(va, vb, a.limit);
+  else a.out[t * a.rows + row] = va;
+}
+
+// ---------------------------------------------------------------------------------------
+// Prefill
+
+// Exclusive scan of one int per thread over the block; *total = the block's sum.
+__device__ int block_exscan(int v, int* ws, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int inc = v;
+  HS_UNROLL for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(kFullMask, inc, o);
+    if (lane >= o) inc += u;
+  }
+  __syncthreads();  // ws may still be read by a previous call
+  if (lane == 31) ws[warp] = inc;
+  __syncthreads();
+  int before = 0, all = 0;
+  for (int i = 0; i < nw; ++i) before += i < warp ? ws[i] : 0, all += ws[i];
+  *total = all;
+  return before + inc - v;
+}
+
+// One block of 1024 threads: counting sort of the n*k pairs by expert (perm: sorted position ->
+// pair t*k+j, pos_of: pair -> position) and the work items {expert, first position, tokens, 0}.
+__global__ void __launch_bounds__(1024) moe_sort_kernel(const int32_t* idx, int nk, int E, int* perm, int* pos_of,
+                                                        int4* items, int* n_items) {
+  __shared__ int cnt[kMoeMaxExperts], fill[kMoeMaxExperts], off[kMoeMaxExperts], ws[32];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += blockDim.x) cnt[e] = fill[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < nk; i += blockDim.x) atomicAdd(&cnt[clamp_e(idx[i], E)], 1);
+  __syncthreads();
+  const int c = tid < E ? cnt[tid] : 0, tiles = (c + kTok - 1) / kTok;
+  int total_c, total_t, o = block_exscan(c, ws, &total_c), ot = block_exscan(tiles, ws, &total_t);
+  if (tid < E) off[tid] = o;
+  for (int j = 0; tid < E && j < tiles; ++j) items[ot + j] = make_int4(tid, o + j * kTok, min(kTok, c - j * kTok), 0);
+  if (tid == 0) *n_items = total_t;
+  __syncthreads();
+  for (int i = tid; i < nk; i += blockDim.x) {
+    const int e = clamp_e(idx[i], E), p = off[e] + atomicAdd(&fill[e], 1);
+    perm[p] = i;
+    pos_of[i] = p;
+  }
+}
+
+struct PfArgs {
+  const uint8_t *wa, *wb, *sa, *sb, *wa_end, *wb_end;
+  const float* x;  // gate/up: x [n, D] (token = perm / k); down: h [n*k, I] by sorted position
+  const int *perm, *n_items;
+  const float* weight;
+  const int4* items;
+  float* out;          // gate/up: h [n*k, I]; down: d [n*k, D], by sorted position
+  int64_t rows, cols;  // per expert
+  int k, n_rt;
+  float limit;
+};
+
+// One warp's weight rows in a work unit: fragment f (its matrix), row rr (0..15) of it.
+struct PfUnit {
+  const uint8_t* w[2];
+  const uint8_t* end[2];
+  ScaleRef sr[2];
+  int64_t e_row0, r0, rows;
+  bool gu;
+  __device__ int64_t grow(int f, int rr) const { return e_row0 + min64(r0 + (gu ? 0 : 16 * f) + rr, rows - 1); }
+};
+
+// Lane item i (0..7) of a K-step (8 chunks of E elements per row): fragment f, row rr, chunk
+// ch. Bf16 (MMA fragments): chunks 2c, 2c+1 of rows g, g+8 of both fragments, i = 4f + 2r + h;
+// F32: all 8 chunks of row (lane >> 4, lane & 15).
+template <bool BF>
+__device__ __forceinline__ void item_of(int i, int& f, int& rr, int& ch) {
+  const int lane = threadIdx.x & 31;
+  f = BF ? i >> 2 : lane >> 4;
+  rr = BF ? (lane >> 2) + 8 * ((i >> 1) & 1) : lane & 15;
+  ch = BF ? 2 * (lane & 3) + (i & 1) : i;
+}
+
+template <WType T>
+struct NativeSrc {
+  using Tr = WTraits<T>;
+  static constexpr WType kType = T;
+  static constexpr bool kGgml = false;
+  static constexpr int E = Tr::E, TK = 8 * E, kTables = 0;
+  __host__ __device__ static constexpr size_t pf_smem() { return 0; }
+  uint4 cur[8], nxt[8];
+  float csc[8], nsc[8];
+  int64_t rb, C;
+  __device__ void init(uint8_t*, const PfArgs& a) { rb = row_bytes<T>(a.cols), C = a.cols / E; }
+  template <bool BF>
+  __device__ void fetch(const PfUnit& u, int64_t ks) {
+    HS_UNROLL for (int i = 0; i < 8; ++i) {
+      int f, rr, ch;
+      item_of<BF>(i, f, rr, ch);
+      const int64_t row = u.grow(f, rr), cg = ks * 8 + ch;
+      const uint8_t* p = u.w[f] + row * rb + cg * 16;
+      const bool ok = cg < C;  // a partial last K-step reads zeros
+      nxt[i] = !ok ? make_uint4(0, 0, 0, 0) : BF ? ld_stream16(p) : __ldg(reinterpret_cast<const uint4*>(p));
+      nsc[i] = !ok ? 0.f : Tr::kScaled ? u.sr[f].get(T, row, cg) : 1.0f;
+    }
+  }
+  template <bool BF> __device__ void begin(const PfUnit& u) { fetch<BF>(u, 0); }
+  template <bool BF>
+  __device__ void step(const PfUnit& u, int64_t ks, int64_t nks) {
+    HS_UNROLL for (int i = 0; i < 8; ++i) cur[i] = nxt[i], csc[i] = nsc[i];
+    if (ks + 1 < nks) fetch<BF>(u, ks + 1);
+  }
+  template <bool BF> __device__ void prepare(const PfUnit&, int, int) {}
+  __device__ void get(int i, int, int p, float (&w)[4]) const {
+    Tr::part(cur[i], p, w);
+    HS_UNROLL for (int q = 0; q < 4; ++q) w[q] *= csc[i];
+  }
+  __device__ void end_step() {}
+};
+
+// GGUF blocks: a K-step is 256 elements; the warp stages the step's bytes of its 32 rows in
+// shared memory (cp.async) and decodes 32-element units from there.
+template <GgmlType T>
+struct GgmlSrc {
+  using Tr = QTraits<T>;
+  static constexpr GgmlType kType = T;
+  static constexpr bool kGgml = true;
+  static constexpr int E = 32, TK = 256, kTables = QTableLayout<T>::kBytes;
+  static constexpr int kStepBytes = TK / Tr::kBlk * Tr::kBytes, kRowChunks = (kStepBytes + 30) / 16;
+  static constexpr int kRowStage = kRowChunks * 16 + 16;
+  __host__ __device__ static constexpr size_t pf_smem() { return kTables + size_t{kWarps} * 32 * kRowStage; }
+  QTabs tabs;
+  uint8_t* stage;
+  int64_t rb, cols, ks_;
+  float v[2][32];
+  __device__ void init(uint8_t* smem, const PfArgs& a) {
+    tabs = stage_tables<T>(smem);  // published by the first barrier of the work loop
+    stage = smem + kTables + (threadIdx.x >> 5) * 32 * kRowStage;
+    rb = a.cols / Tr::kBlk * Tr::kBytes;
+    cols = a.cols;
+  }
+  template <bool BF> __device__ void begin(const PfUnit&) {}
+  template <bool BF>
+  __device__ void step(const PfUnit& u, int64_t ks, int64_t) {
+    const int64_t lo = ks * kStepBytes, hi = min64(rb, lo + kStepBytes);
+    for (int j = threadIdx.x & 31; j < 32 * kRowChunks; j += 32) {
+      const int row = j / kRowChunks, f = row >> 4;
+      const uint8_t* base = u.w[f] + u.grow(f, row & 15) * rb;
+      const uint8_t* p = reinterpret_cast<const uint8_t*>(
+          (reinterpret_cast<uintptr_t>(base + lo) & ~uintptr_t{15}) + 16 * (j % kRowChunks));
+      if (p < base + hi) cp_async16(stage + row * kRowStage + (j % kRowChunks) * 16, p, u.end[f]);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncwarp();
+    ks_ = ks;
+  }
+  template <bool BF>
+  __device__ void prepare(const PfUnit& u, int i, int s) {  // item i -> v[s]
+    int f, rr, ch;
+    item_of<BF>(i, f, rr, ch);
+    if (ks_ * TK + ch * 32 >= cols) {  // past the input width: zeros
+      HS_UNROLL for (int e = 0; e < 32; ++e) v[s][e] = 0.f;
+      return;
+    }
+    const int head = static_cast<int>(reinterpret_cast<uintptr_t>(u.w[f] + u.grow(f, rr) * rb + ks_ * kStepBytes) & 15);
+    QDecode<T>::unit(BlockIn{reinterpret_cast<const uint32_t*>(stage + (f * 16 + rr) * kRowStage),
+                             head + ch * 32 / Tr::kBlk * Tr::kBytes},
+                     ch * 32 % Tr::kBlk / 32, tabs, v[s]);
+  }
+  __device__ void get(int, int s, int p, float (&w)[4]) const {
+    HS_UNROLL for (int q = 0; q < 4; ++q) w[q] = v[s][4 * p + q];
+  }
+  __device__ void end_step() { __syncwarp(); }  // the staging buffer is rewritten next
+};
+
+template <bool BF>
+__host__ __device__ constexpr int panel_k() { return BF ? 1024 : 512; }
+
+// Token panel: kTok rows of KP input elements from k0 (zeros past cols or past the item's
+// tokens). Bf16: each K-step of TK stored in the fragments' permuted order; F32: K order.
+template <int E, int TK, bool BF>
+__device__ __forceinline__ void stage_panel(uint8_t* xp, const float* const* srow, int64_t k0, int64_t cols) {
+  constexpr int KP = panel_k<BF>(), XS = KP + 16, N4 = KP / 4, kTotal = kTok * N4;
+  for (int i0 = threadIdx.x; i0 < kTotal; i0 += 8 * kThreads) {  // 8 loads per thread in flight
+    float4 v[8];
+    HS_UNROLL for (int u = 0; u < 8; ++u) {
+      const int i = i0 + u * kThreads;
+      const float* sr = i < kTotal ? srow[i / N4] : nullptr;
+      const int64_t kk = k0 + 4 * (i % N4);
+      v[u] = sr && kk < cols ? *reinterpret_cast<const float4*>(sr + kk) : float4{};
+    }
+    HS_UNROLL for (int u = 0; u < 8; ++u) {
+      const int i = i0 + u * kThreads, tok = i / N4, a = 4 * (i % N4), ka = a % TK, ch = ka / E;
+      if (i >= kTotal) break;
+      if constexpr (BF) {
+        const int slot = a - ka + (((ch & 1) * (E / 4) + ka % E / 4) * 4 + (ch >> 1)) * 4;
+        *reinterpret_cast<uint2*>(xp + (tok * XS + slot) * 2) =
+            make_uint2(pack_bf16(v[u].x, v[u].y), pack_bf16(v[u].z, v[u].w));
+      } else {
+        *reinterpret_cast<float4*>(xp + (tok * XS + a) * 4) = v[u];
+      }
+    }
+  }
+}
+
+template <class Src, bool GU, bool BF>
+__global__ void __launch_bounds__(kThreads, 1) pf_kernel(PfArgs a) {
+  constexpr int E = Src::E, TK = Src::TK, XS = panel_k<BF>() + 16, KSP = panel_k<BF>() / TK;
+  constexpr int kItemUnroll = Src::kGgml ? 1 : 8;  // native chunks live in register arrays
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  __shared__ const float* srow[kTok];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  Src src;
+  src.init(smem, a);
+  uint8_t* xp = smem + Src::pf_smem();
+  const int64_t nks = (a.cols + TK - 1) / TK, total = static_cast<int64_t>(*a.n_items) * a.n_rt;
+  for (int64_t wu = blockIdx.x; wu < total; wu += gridDim.x) {
+    const int4 it = a.items[wu / a.n_rt];
+    const int64_t p0 = it.y;
+    const int m = it.z;
+    __syncthreads();  // the previous unit no longer reads srow or the panel
+    if (static_cast<int>(threadIdx.x) < kTok) {
+      const int i = threadIdx.x;
+      srow[i] = i >= m ? nullptr : a.x + (GU ? static_cast<int64_t>(a.perm[p0 + i] / a.k) : p0 + i) * a.cols;
+    }
+    const PfUnit u{{a.wa, GU ? a.wb : a.wa},
+                   {a.wa_end, GU ? a.wb_end : a.wa_end},
+                   {{a.sa, a.cols}, {GU ? a.sb : a.sa, a.cols}},
+                   it.x * a.rows,
+                   (wu % a.n_rt) * (GU ? 128 : 256) + warp * (GU ? 16 : 32),
+                   a.rows,
+                   GU};
+    float accb[2][2][4], accf[kTok];  // Bf16: [fragment][n tile][C fragment]; F32: [token]
+    HS_UNROLL for (int i = 0; i < 16; ++i) (&accb[0][0][0])[i] = accf[i] = 0.f;
+    src.template begin<BF>(u);
+    for (int64_t ks = 0; ks < nks; ++ks) {
+      const int kl = static_cast<int>(ks % KSP);
+      if (kl == 0) {
+        __syncthreads();
+        stage_panel<E, TK, BF>(xp, srow, ks * TK, a.cols);
+        __syncthreads();
+      }
+      src.template step<BF>(u, ks, nks);
+      if constexpr (BF) {
+        HS_UNROLL for (int f = 0; f < 2; ++f)
+#pragma unroll((kItemUnroll + 3) / 4)  // GGUF: one inlined decoder per row (compile time)
+        for (int h = 0; h < 2; ++h) {
+          const int i0 = 4 * f + h, i1 = i0 + 2;  // rows g and g + 8
+          src.template prepare<BF>(u, i0, 0);
+          src.template prepare<BF>(u, i1, 1);
+          HS_UNROLL for (int p = 0; p < E / 4; ++p) {
+            float w0[4], w1[4];
+            src.get(i0, 0, p, w0);
+            src.get(i1, 1, p, w1);
+            const int slot = kl * TK + ((h * (E / 4) + p) * 4 + c) * 4;
+            const uint32_t a0 = pack_bf16(w0[0], w0[1]), a1 = pack_bf16(w1[0], w1[1]);
+            const uint32_t a2 = pack_bf16(w0[2], w0[3]), a3 = pack_bf16(w1[2], w1[3]);
+            HS_UNROLL for (int nf = 0; nf < 2; ++nf) {
+              const uint2 b = *reinterpret_cast<const uint2*>(xp + ((g + 8 * nf) * XS + slot) * 2);
+              mma_bf16(accb[f][nf], a0, a1, a2, a3, b.x, b.y);
+            }
+          }
+        }
+      } else {
+#pragma unroll(kItemUnroll)
+        for (int i = 0; i < 8; ++i) {
+          src.template prepare<BF>(u, i, 0);
+          HS_UNROLL for (int p = 0; p < E / 4; ++p) {
+            float w[4];
+            src.get(i, 0, p, w);
+            const int kx = kl * TK + i * E + 4 * p;
+            HS_UNROLL for (int tok = 0; tok < kTok; ++tok)
+              accf[tok] = fma4(w, *reinterpret_cast<const float4*>(xp + (tok * XS + kx) * 4), accf[tok]);
+          }
+        }
+      }
+      src.end_step();
+    }
+    auto put = [&](int64_t row, int tok, float v) {
+      if (tok < m && row < a.rows) a.out[(p0 + tok) * a.rows + row] = v;
+    };
+    auto wgt = [&](int tok) { return tok < m ? a.weight[a.perm[p0 + tok]] : 0.f; };
+    if constexpr (BF) {
+      HS_UNROLL for (int nf = 0; nf < 2; ++nf) HS_UNROLL for (int i = 0; i < 4; ++i) {
+        const int tok = nf * 8 + 2 * c + (i & 1);
+        const int64_t row = u.r0 + g + 8 * (i >> 1);
+        if (GU) put(row, tok, wgt(tok) * swiglu(accb[0][nf][i], accb[1][nf][i], a.limit));
+        else put(row, tok, accb[0][nf][i]), put(row + 16, tok, accb[1][nf][i]);
+      }
+    } else {
+      HS_UNROLL for (int tok = 0; tok < kTok; ++tok) {  // gate/up: lanes 16..31 hold the w3 rows
+        const float up = __shfl_down_sync(kFullMask, accf[tok], 16);
+        if (!GU) put(u.r0 + lane, tok, accf[tok]);
+        else if (lane < 16) put(u.r0 + lane, tok, wgt(tok) * swiglu(accf[tok], up, a.limit));
+      }
+    }
+  }
+}
+
+// y[t, :] = sum of the token's slot rows of d in ascending expert id.
+__global__ void __launch_bounds__(kThreads) moe_reduce_kernel(const float* d, const int* pos_of, const int32_t* idx,
+                                                              int k, int E, int64_t D, float* y) {
+  __shared__ int order[kMoeMaxK];
+  const int64_t t = blockIdx.x;
+  if (static_cast<int>(threadIdx.x) < k)
+    order[slot_rank(idx + t * k, k, threadIdx.x, E)] = pos_of[t * k + threadIdx.x];
+  __syncthreads();
+  for (int64_t c = threadIdx.x; c < D / 4; c += blockDim.x) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int j = 0; j < k; ++j) {
+      const float4 v = reinterpret_cast<const float4*>(d + static_cast<int64_t>(order[j]) * D)[c];
+      s = make_float4(s.x + v.x, s.y + v.y, s.z + v.z, s.w + v.w);
+    }
+    reinterpret_cast<float4*>(y + t * D)[c] = s;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side
+
+template <class S> struct Tag { using type = S; };  // a weight source, for generic lambdas
+
+// f(Tag<Src>{}) with the weight source of w's type.
+template <class F>
+void with_src(const WeightView& w, F&& f) {
+  switch (w.type) {
+#define HS_NATIVE(T) case WType::T: return f(Tag<NativeSrc<WType::T>>{});
+    HS_NATIVE(F32) HS_NATIVE(F16) HS_NATIVE(BF16) HS_NATIVE(Q8_0) HS_NATIVE(FP8_B128) HS_NATIVE(MXFP4)
+#undef HS_NATIVE
+    case WType::GGML_BLOCK:
+      switch (w.ggml) {
+#define HS_CASE(TYPE) \
+  case GgmlType::TYPE: return f(Tag<GgmlSrc<GgmlType::TYPE>>{});
+        HS_GGML_BLOCK_TYPES(HS_CASE)
+#undef HS_CASE
+        default: break;
+      }
+  }
+  fail("moe_experts: no CUDA decoder for ", wtype_name(w.type));
+}
+
+void check_view(const WeightView& w, const char* name, int64_t rows, int64_t cols, int64_t rows_per_expert) {
+  HS_CHECK(w.data != nullptr, "moe_experts: ", name, " is empty");
+  HS_CHECK(w.rows == rows && w.cols == cols, "moe_experts: ", name, " is ", w.rows, "x", w.cols, ", expected ", rows,
+           "x", cols);
+  const bool ggml = w.type == WType::GGML_BLOCK;
+  HS_CHECK(!ggml || ggml_block_supported(w.ggml), "moe_experts: no CUDA decoder for GGUF ", name, " blocks of type ",
+           ggml_type_info(static_cast<uint32_t>(w.ggml)) ? ggml_type_name(w.ggml) : "?");
+  const bool scaled = w.type == WType::Q8_0 || w.type == WType::FP8_B128 || w.type == WType::MXFP4;
+  HS_CHECK(!scaled || w.scales != nullptr, "moe_experts: ", wtype_name(w.type), " ", name, " without scales");
+  const int64_t unit = ggml ? std::max<int64_t>(32, ggml_type_info(w.ggml).block_elems)
+                       : w.type == WType::F32 ? 4
+                       : w.type == WType::FP8_B128 ? 16
+                       : (w.type == WType::F16 || w.type == WType::BF16) ? 8 : 32;
+  HS_CHECK(cols % unit == 0, "moe_experts: ", name, " (", wtype_name(w.type),
+           ") needs an input width that is a multiple of ", unit, ", got ", cols);
+  HS_CHECK(w.type != WType::FP8_B128 || rows_per_expert % 128 == 0, "moe_experts: FP8_B128 ", name,
+           " experts must start on 128-row scale blocks, got ", rows_per_expert, " rows per expert");
+  HS_CHECK(reinterpret_cast<uintptr_t>(w.data) % 16 == 0, "moe_experts: ", name, " data must be 16-byte aligned");
+}
+
+struct WsLayout { size_t h = 0, d = 0, perm = 0, pos = 0, items = 0, n_items = 0, total = 0; };
+int64_t max_items(int64_t nk, int E) { return (nk + kTok - 1) / kTok + std::min<int64_t>(E, nk); }
+WsLayout ws_layout(int64_t n, int k, int64_t D, int64_t I, int E) {
+  WsLayout w;
+  const int64_t nk = n * k;
+  auto take = [&](int64_t b) { return std::exchange(w.total, w.total + static_cast<size_t>((b + 255) / 256 * 256)); };
+  w.h = take(nk * I * 4);
+  if (n > kMatvecMaxCols)  // (comma operator: left to right)
+    w.d = take(nk * D * 4), w.perm = take(nk * 4), w.pos = take(nk * 4), w.items = take(max_items(nk, E) * 16),
+    w.n_items = take(4);
+  return w;
+}
+
+template <class A>
+void set_weights(A& d, const WeightView& a, const WeightView& b) {
+  auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
+  d.wa = u8(a.data), d.sa = u8(a.scales), d.wa_end = d.wa + a.data_bytes();
+  d.wb = u8(b.data), d.sb = u8(b.scales), d.wb_end = d.wb + b.data_bytes();
+}
+
+// The 48 KB default covers static + dynamic shared memory (static < 1 KB here).
+void allow_smem(DeviceContext& ctx, const void* kern, size_t smem) {
+  if (smem + 1024 > 48 * 1024) ctx.ensure_dynamic_smem(kern, std::max<size_t>(smem, 48 * 1024 + 1));
+}
+
+// Decode launch: grid (row groups, nq), nq = n*k slots (gate/up) or n tokens (down). The
+// split-K factor gives the GPU enough blocks while every lane keeps >= 2 steps.
+template <class Src, int R, bool GU>
+void launch_dec(DeviceContext& ctx, DecArgs a, int64_t nq) {
+  constexpr int NS = GU ? 2 * R : R;
+  const void* kern = reinterpret_cast<const void*>(dec_kernel<Src, R, GU>);
+  size_t fixed = 0;
+  int64_t unit = 32;
+  if constexpr (Src::kGgml) fixed = Src::kTables + size_t{kWarps} * NS * Geo<Src::kType>::kStage;
+  else unit = WTraits<Src::kType>::E;
+  const size_t optin = ctx.props().sharedMemPerBlockOptin, reserve = 4096 + fixed;
+  const int64_t fit = optin > reserve ? static_cast<int64_t>((optin - reserve) / (static_cast<size_t>(a.L) * 4)) : 0;
+  HS_CHECK(fit >= 1, "moe_experts: an input row of ", a.L, " floats does not fit in shared memory");
+  a.seg_per_piece = static_cast<int>(std::min<int64_t>(GU ? 1 : a.k, fit));
+  const int64_t units = a.seg_per_piece * (a.L / unit);
+  auto blocks = [&](int s) { return (a.rows + kWarps / s * R - 1) / (kWarps / s * R) * nq; };
+  a.splits = 1;
+  while (a.splits < kWarps && 2 * blocks(a.splits) < 3 * ctx.sm_count() && units >= 128LL * a.splits) a.splits *= 2;
+  const size_t smem = fixed + static_cast<size_t>(a.seg_per_piece) * a.L * 4;
+  allow_smem(ctx, kern, smem);
+  const int64_t rpb = kWarps / a.splits * R;
+  const dim3 grid(static_cast<unsigned>((a.rows + rpb - 1) / rpb), static_cast<unsigned>(nq));
+  void* args[] = {&a};
+  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+}
+
+// Prefill launch: a persistent grid over (item, row tile) pairs; bf: tensor cores.
+template <bool GU>
+void launch_pf(DeviceContext& ctx, const WeightView& w, PfArgs a, GemmMode mode, int64_t max_units) {
+  const bool bf = mode == GemmMode::Bf16 || (mode == GemmMode::Auto && w.type != WType::F32);
+  with_src(w, [&](auto tag) {
+    using Src = typename decltype(tag)::type;
+    const void* kern = bf ? reinterpret_cast<const void*>(pf_kernel<Src, GU, true>)
+                          : reinterpret_cast<const void*>(pf_kernel<Src, GU, false>);
+    const size_t smem = Src::pf_smem() + static_cast<size_t>(kTok) * (bf ? (panel_k<true>() + 16) * 2
+                                                                          : (panel_k<false>() + 16) * 4);
+    HS_CHECK(smem + 1024 <= ctx.props().sharedMemPerBlockOptin, "moe_experts: prefill tile needs ", smem,
+             " bytes of shared memory");
+    allow_smem(ctx, kern, smem);
+    const int64_t bps = std::max(1, ctx.blocks_per_sm(kern, kThreads, smem));
+    const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(bps * ctx.sm_count(), max_units));
+    void* args[] = {&a};
+    HS_CUDA_CHECK(cudaLaunchKernel(kern, dim3(static_cast<unsigned>(grid)), dim3(kThreads), args, smem, ctx.stream()));
+  });
+}
+
+}  // namespace
+
+size_t moe_experts_workspace_bytes(int64_t n, int k, int64_t D, int64_t I, int n_experts) {
+  return ws_layout(n, k, D, I, n_experts).total;
+}
+
+void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
+                 const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
+                 GemmMode mode, void* workspace, float* y) {
+  const int E = n_experts;
+  HS_CHECK(k >= 1 && k <= kMoeMaxK, "moe_experts: k must be 1..", kMoeMaxK, ", got ", k);
+  HS_CHECK(E >= 1 && E <= kMoeMaxExperts, "moe_experts: n_experts must be 1..", kMoeMaxExperts, ", got ", E);
+  HS_CHECK(k <= E, "moe_experts: k = ", k, " exceeds n_experts = ", E);
+  HS_CHECK(n >= 0 && n * k < (int64_t{1} << 31), "moe_experts: bad token count ", n);
+  HS_CHECK(w1.rows % E == 0, "moe_experts: w1 has ", w1.rows, " rows, not a multiple of ", E, " experts");
+  const int64_t I = w1.rows / E, D = w1.cols;
+  check_view(w1, "w1", E * I, D, I);
+  check_view(w3, "w3", E * I, D, I);
+  check_view(w2, "w2", E * D, I, D);
+  HS_CHECK(w1.type == w3.type && (w1.type != WType::GGML_BLOCK || w1.ggml == w3.ggml),
+           "moe_experts: w1 and w3 must have one type, got ", wtype_name(w1.type), " and ", wtype_name(w3.type));
+  if (n == 0) return;
+  HS_CHECK(x && y && idx && weight, "moe_experts: null input or output");
+  HS_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0,
+           "moe_experts: x and y must be 16-byte aligned");
+  HS_CHECK(workspace && reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
+           "moe_experts: workspace must be non-null and 256-byte aligned");
+  DeviceGuard guard(ctx.device());
+  const WsLayout L = ws_layout(n, k, D, I, E);
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  float* h = reinterpret_cast<float*>(ws + L.h);
+
+  if (n <= kMatvecMaxCols) {
+    DecArgs a{};
+    set_weights(a, w1, w3);
+    a.x = x, a.idx = idx, a.weight = weight, a.out = h, a.rows = I, a.L = D, a.k = k, a.E = E, a.limit = limit;
+    with_src(w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, a, n * k); });
+    set_weights(a, w2, w2);
+    a.x = h, a.out = y, a.rows = D, a.L = I;
+    with_src(w2, [&](auto tag) { launch_dec<typename decltype(tag)::type, 4, false>(ctx, a, n); });
+    return;
+  }
+
+  const int64_t nk = n * k, mi = max_items(nk, E);
+  float* d = reinterpret_cast<float*>(ws + L.d);
+  int *perm = reinterpret_cast<int*>(ws + L.perm), *pos = reinterpret_cast<int*>(ws + L.pos);
+  int4* items = reinterpret_cast<int4*>(ws + L.items);
+  int* n_items = reinterpret_cast<int*>(ws + L.n_items);
+  moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, perm, pos, items, n_items);
+  HS_CUDA_CHECK_LAUNCH();
+  PfArgs p{};
+  set_weights(p, w1, w3);
+  p.x = x, p.perm = perm, p.weight = weight, p.items = items, p.n_items = n_items, p.out = h;
+  p.rows = I, p.cols = D, p.k = k, p.n_rt = static_cast<int>((I + 127) / 128), p.limit = limit;
+  launch_pf<true>(ctx, w1, p, mode, p.n_rt * mi);
+  set_weights(p, w2, w2);
+  p.x = h, p.out = d, p.rows = D, p.cols = I, p.n_rt = static_cast<int>((D + 255) / 256);
+  launch_pf<false>(ctx, w2, p, mode, p.n_rt * mi);
+  moe_reduce_kernel<<<static_cast<unsigned>(n), kThreads, 0, ctx.stream()>>>(d, pos, idx, k, E, D, y);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hs::cuda

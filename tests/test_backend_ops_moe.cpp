@@ -1,0 +1,394 @@
+// CUDA routed experts (cuda::moe_experts, kernels/cuda/moe_cuda.h) vs a CPU twin: the loop of
+// CpuOps::moe's routed part on given routing (random distinct experts per token, random
+// weights), from format/quants.h dequantisation and cpu::matmul / cpu::swiglu_clamp, adding the
+// slots in ascending expert id. Every weight type at small shapes for decode (n <= 8) and
+// prefill (n > 8) in F32 (rel L2 <= 1e-5) and Bf16 (<= 1e-2) modes, a skewed routing, Flash
+// shapes with timings, replays from a captured CUDA graph with new routing, and the argument
+// checks. Outputs and the workspace are poisoned (NaN) first. Without a GPU: SKIPPED.
+#include <gtest/gtest.h>
+
+#ifdef HS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <functional>
+
+#include "backend_ops_util.h"
+#include "kernels/cuda/moe_cuda.h"
+
+namespace {
+
+constexpr float kLimit = 10.0f;  // DeepSeek-V4's swiglu_limit
+// Line-buffered output, so a log redirected to a file keeps the lines before a hang or crash.
+[[maybe_unused]] const int kLineBuffered = std::setvbuf(stdout, nullptr, _IOLBF, 0);
+
+// A storage kind: a WType, and the GGUF block type of GGML_BLOCK weights.
+struct Kind {
+  hc::WType type;
+  GgmlType ggml = GgmlType::F32;
+  std::string name() const {
+    return type == hc::WType::GGML_BLOCK ? std::string(ggml_type_name(ggml)) + "/gen" : hc::wtype_name(type);
+  }
+  GgmlType gguf() const { return type == hc::WType::GGML_BLOCK ? ggml : gguf_of(type); }
+  int64_t block() const { return type == hc::WType::GGML_BLOCK ? ggml_type_info(ggml).block_elems : 32; }
+};
+
+// Stacked expert weights on the host in upload layout; rows are dequantized on demand.
+struct HostW {
+  Kind kind;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes, scales;  // scales: FP8_B128 only
+  int64_t row_bytes() const { return kind.type == hc::WType::FP8_B128 ? cols : ggml_row_bytes(kind.gguf(), cols); }
+  void deq(int64_t r0, int64_t n, float* out) const {
+    const int64_t sc = (cols + 127) / 128;
+    for (int64_t r = r0; r < r0 + n; ++r, out += cols) {
+      if (kind.type != hc::WType::FP8_B128) {
+        dequantize_row(kind.gguf(), bytes.data() + r * row_bytes(), out, cols);
+        continue;
+      }
+      for (int64_t i = 0; i < cols; ++i)
+        out[i] = e4m3_to_f32(bytes[static_cast<size_t>(r * cols + i)]) *
+                 e8m0_to_f32(scales[static_cast<size_t>((r / 128) * sc + i / 128)]);
+    }
+  }
+  int64_t bytes_per_expert(int E) const { return (static_cast<int64_t>(bytes.size() + scales.size())) / E; }
+};
+
+// Random weights: every code of Q8_0 / MXFP4 / FP8 with sane scales, quantized random values
+// for the GGUF types with a reference quantizer, random bytes with valid scales for the others.
+HostW make_w(const Kind& k, int64_t rows, int64_t cols, uint64_t stream) {
+  HostW w{k, rows, cols, {}, {}};
+  const Rand r(stream);
+  if (k.type == hc::WType::FP8_B128) {
+    w.bytes.resize(static_cast<size_t>(rows * cols));
+    w.scales.resize(static_cast<size_t>(((rows + 127) / 128) * ((cols + 127) / 128)));
+    for (size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = static_cast<uint8_t>(118 + r.bits(~i) % 13);
+    pool().parallel_for(rows, 64, [&](int64_t b, int64_t e) {
+      for (int64_t i = b * cols / 8; i < e * cols / 8; ++i) {
+        uint64_t v = r.bits(static_cast<uint64_t>(i));
+        for (int j = 0; j < 8; ++j)
+          if (((v >> (8 * j)) & 0x7f) == 0x7f) v ^= uint64_t{1} << (8 * j);  // no NaN codes
+        std::memcpy(w.bytes.data() + 8 * i, &v, 8);
+      }
+    });
+    return w;
+  }
+  const GgmlType g = k.gguf();
+  const GgmlTypeInfo& info = ggml_type_info(g);
+  const int64_t rb = w.row_bytes();
+  w.bytes.resize(static_cast<size_t>(rows * rb));
+  pool().parallel_for(rows, 16, [&](int64_t b, int64_t e) {
+    std::vector<float> tmp(static_cast<size_t>(cols));
+    for (int64_t o = b; o < e; ++o) {
+      uint8_t* row = w.bytes.data() + o * rb;
+      const uint64_t base = static_cast<uint64_t>(o) << 24;
+      if (g == GgmlType::Q8_0 || g == GgmlType::MXFP4) {
+        for (int64_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(r.bits(base + i));
+        for (int64_t blk = 0; blk < cols / 32; ++blk) {
+          uint8_t* p = row + blk * info.block_bytes;
+          if (g == GgmlType::MXFP4) p[0] = static_cast<uint8_t>(110 + r.bits(base + (1 << 20) + blk) % 26);
+          const uint16_t d = f32_to_f16(r.uni(base + (1 << 20) + blk) * 0.02f);
+          if (g == GgmlType::Q8_0) std::memcpy(p, &d, 2);
+        }
+      } else if (type_has_quantizer(g) && g != GgmlType::Q2_K) {
+        for (int64_t i = 0; i < cols; ++i) tmp[static_cast<size_t>(i)] = r.uni(base + i);
+        quantize_row(g, tmp.data(), row, cols);
+      } else {
+        for (int64_t i = 0; i < rb; ++i) row[i] = static_cast<uint8_t>(r.bits(base + i));
+        for (int64_t blk = 0; blk < cols / info.block_elems; ++blk) {
+          uint8_t* p = row + blk * info.block_bytes;
+          const uint16_t d = f32_to_f16(r.uni(base + (1 << 20) + blk) * 0.01f);
+          switch (g) {
+            case GgmlType::Q3_K: std::memcpy(p + 108, &d, 2); break;
+            case GgmlType::Q2_K: std::memcpy(p + 80, &d, 2), std::memcpy(p + 82, &d, 2); break;
+            case GgmlType::Q4_0_ROCMFP4: p[16] &= 0x3f, p[17] &= 0x3f; break;  // UE4M3 scales <= 0x3F
+            case GgmlType::Q8_0_ROCMFPX: p[32] &= 0x3f; break;
+            default: std::memcpy(p, &d, 2); break;  // the i-quants: f16 d at 0
+          }
+        }
+      }
+    }
+  });
+  return w;
+}
+
+hc::DeviceWeight upload_w(hc::DeviceContext& c, const HostW& w) {
+  if (w.kind.type == hc::WType::FP8_B128)
+    return hc::upload_fp8_weight(c, w.bytes.data(), w.scales.data(), w.rows, w.cols);
+  return hc::upload_gguf_weight(c, w.kind.gguf(), w.bytes.data(), w.rows, w.cols,
+                                w.kind.type == hc::WType::GGML_BLOCK);
+}
+
+struct Routing {
+  std::vector<int32_t> idx;
+  std::vector<float> wt;
+};
+
+// Distinct random experts per token and weights in (0.1, 1]. skewed: expert 3 in every token,
+// the others drawn from [0, E/2) only (the upper half gets no token).
+Routing make_routing(int64_t n, int k, int E, uint64_t stream, bool skewed = false) {
+  const Rand r(stream);
+  Routing rt{std::vector<int32_t>(static_cast<size_t>(n * k)), std::vector<float>(static_cast<size_t>(n * k))};
+  uint64_t q = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const int pool_n = skewed ? E / 2 : E;
+    std::vector<int32_t> ids(static_cast<size_t>(pool_n));
+    std::iota(ids.begin(), ids.end(), 0);
+    if (skewed) std::swap(ids[0], ids[3]);
+    for (int j = skewed ? 1 : 0; j < k; ++j) std::swap(ids[j], ids[j + r.bits(++q) % (pool_n - j)]);
+    for (int j = 0; j < k; ++j) {
+      rt.idx[static_cast<size_t>(t * k + j)] = ids[static_cast<size_t>(j)];
+      rt.wt[static_cast<size_t>(t * k + j)] = 0.55f + 0.45f * r.uni(++q);
+    }
+  }
+  return rt;
+}
+
+// The CPU twin: CpuOps::moe's routed loop (y += d * weight, experts ascending).
+std::vector<float> cpu_moe(const HostW& w1, const HostW& w3, const HostW& w2, int E, const std::vector<float>& x,
+                           int64_t n, const Routing& rt, int k) {
+  const int64_t D = w1.cols, I = w1.rows / E;
+  std::vector<float> dslot(static_cast<size_t>(n * k * D)), W1(static_cast<size_t>(I * D)), W3(W1.size()),
+      W2(W1.size());
+  for (int e = 0; e < E; ++e) {
+    std::vector<int64_t> pairs;
+    for (int64_t i = 0; i < n * k; ++i)
+      if (rt.idx[static_cast<size_t>(i)] == e) pairs.push_back(i);
+    if (pairs.empty()) continue;
+    pool().parallel_for(I, 8, [&](int64_t b, int64_t f) {
+      w1.deq(e * I + b, f - b, W1.data() + b * D);
+      w3.deq(e * I + b, f - b, W3.data() + b * D);
+    });
+    pool().parallel_for(D, 8, [&](int64_t b, int64_t f) { w2.deq(e * D + b, f - b, W2.data() + b * I); });
+    const int64_t m = static_cast<int64_t>(pairs.size());
+    std::vector<float> xs(static_cast<size_t>(m * D)), g(static_cast<size_t>(m * I)), u(g.size()), h(g.size()),
+        d(xs.size());
+    for (int64_t i = 0; i < m; ++i) std::copy_n(x.begin() + pairs[i] / k * D, D, xs.begin() + i * D);
+    cpu::matmul(pool(), W1.data(), I, D, xs.data(), m, g.data());
+    cpu::matmul(pool(), W3.data(), I, D, xs.data(), m, u.data());
+    cpu::swiglu_clamp(g.data(), u.data(), m * I, kLimit, h.data());
+    cpu::matmul(pool(), W2.data(), D, I, h.data(), m, d.data());
+    for (int64_t i = 0; i < m; ++i) std::copy_n(d.begin() + i * D, D, dslot.begin() + pairs[i] * D);
+  }
+  std::vector<float> y(static_cast<size_t>(n * D), 0.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<int> order(static_cast<size_t>(k));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return rt.idx[t * k + a] < rt.idx[t * k + b]; });
+    for (int j : order)
+      for (int64_t c = 0; c < D; ++c)
+        y[static_cast<size_t>(t * D + c)] += dslot[static_cast<size_t>((t * k + j) * D + c)] * rt.wt[t * k + j];
+  }
+  return y;
+}
+
+// One problem: weights on host and device, and the x scale that puts w1 . x near N(0, 4^2)
+// (so that the clamp at 10 is hit now and then).
+struct Problem {
+  int E, k;
+  int64_t D, I;
+  HostW w1, w3, w2;
+  hc::DeviceWeight d1, d3, d2;
+  float xscale = 1.0f;
+  Problem(hc::DeviceContext& c, const Kind& kd, int E_, int k_, int64_t D_, int64_t I_, uint64_t stream)
+      : E(E_), k(k_), D(D_), I(I_), w1(make_w(kd, E_ * I_, D_, stream)), w3(make_w(kd, E_ * I_, D_, stream + 1)),
+        w2(make_w(kd, E_ * D_, I_, stream + 2)), d1(upload_w(c, w1)), d3(upload_w(c, w3)), d2(upload_w(c, w2)) {
+    std::vector<float> s(static_cast<size_t>(std::min<int64_t>(64, I) * D));
+    w1.deq(0, std::min<int64_t>(64, I), s.data());
+    double ss = 0;
+    for (float v : s) ss += static_cast<double>(v) * v;
+    const double rms = std::sqrt(ss / static_cast<double>(s.size()));
+    xscale = rms > 0 ? static_cast<float>(4.0 / (rms * std::sqrt(static_cast<double>(D) / 3.0))) : 1.0f;
+  }
+  std::vector<float> input(int64_t n, uint64_t stream) const {
+    return randv(static_cast<size_t>(n * D), stream, xscale);
+  }
+};
+
+// Device buffers of one call.
+struct Bufs {
+  Dev<float> x, wt, y;
+  Dev<int32_t> idx;
+  Dev<uint8_t> ws;
+  Bufs(hc::DeviceContext& c, const Problem& p, const std::vector<float>& xh, int64_t n, const Routing& rt)
+      : x(c, xh), wt(c, rt.wt), y(c, static_cast<size_t>(n * p.D)), idx(c, rt.idx),
+        ws(c, hc::moe_experts_workspace_bytes(n, p.k, p.D, p.I, p.E)) {
+    ws.poison();
+  }
+  void call(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode) {
+    hc::moe_experts(c, p.d1.view, p.d3.view, p.d2.view, p.E, x.p(), n, idx.p(), wt.p(), p.k, kLimit, mode, ws.p(),
+                    y.p());
+  }
+  std::vector<float> run(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode) {
+    y.poison();
+    call(c, p, n, mode);
+    return y.get();
+  }
+};
+
+int64_t bit_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += f32_to_bits(a[i]) != f32_to_bits(b[i]);
+  return bad;
+}
+
+// Checks n tokens of one problem: n <= 8 in decode (f32), larger n in F32 and Bf16 modes, and
+// the same call twice for bit-identical results.
+void check_problem(hc::DeviceContext& c, const Problem& p, const std::string& type, int64_t n, uint64_t stream,
+                   bool skewed = false) {
+  const Routing rt = make_routing(n, p.k, p.E, stream, skewed);
+  const std::vector<float> x = p.input(n, stream + 1);
+  const std::vector<float> ref = cpu_moe(p.w1, p.w3, p.w2, p.E, x, n, rt, p.k);
+  Bufs r(c, p, x, n, rt);
+  const std::string shape = "E" + std::to_string(p.E) + " k" + std::to_string(p.k) + " " + dims({p.D, p.I}) +
+                            " n=" + std::to_string(n) + (skewed ? " skewed" : "");
+  const bool decode = n <= hc::kMatvecMaxCols;
+  for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
+    if (decode && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
+    const bool bf = m == hc::GemmMode::Bf16;
+    const std::vector<float> got = r.run(c, p, n, m);
+    check(decode ? "moe-decode" : bf ? "moe-prefill-bf16" : "moe-prefill-f32", type, shape, got, ref,
+          bf ? 1e-2 : 1e-5);
+    if (n == 5 || n == 33 || skewed) check_exact("moe-repeat", type, shape + (bf ? " bf16" : ""),
+                                                 bit_diff(got, r.run(c, p, n, m)));
+  }
+}
+
+std::vector<Kind> all_kinds() {
+  std::vector<Kind> v;
+  for (hc::WType t : kAllTypes) v.push_back({t});
+  const GgmlType g[] = {GgmlType::Q4_0,    GgmlType::Q4_1,   GgmlType::Q5_0,   GgmlType::Q5_1,   GgmlType::Q8_0,
+                        GgmlType::MXFP4,   GgmlType::Q2_K,   GgmlType::Q3_K,   GgmlType::Q4_K,   GgmlType::Q5_K,
+                        GgmlType::Q6_K,    GgmlType::Q8_K,   GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ3_S,
+                        GgmlType::IQ1_S,   GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::Q4_0_ROCMFP4,
+                        GgmlType::Q8_0_ROCMFPX};
+  for (GgmlType t : g) v.push_back({hc::WType::GGML_BLOCK, t});
+  return v;
+}
+
+double median_ms(hc::DeviceContext& c, const std::function<void()>& f) {
+  f();
+  c.synchronize();
+  cudaEvent_t a, b;
+  HS_CUDA_CHECK(cudaEventCreate(&a));
+  HS_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < 20; ++i) {
+    HS_CUDA_CHECK(cudaEventRecord(a, c.stream()));
+    f();
+    HS_CUDA_CHECK(cudaEventRecord(b, c.stream()));
+    HS_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    HS_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  HS_CUDA_CHECK(cudaEventDestroy(a));
+  HS_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[10];
+}
+
+}  // namespace
+
+// Every weight type: D 256, I 128 (256 for 256-element blocks), 16 experts, k 4.
+TEST_F(BackendOps, MoeExpertsAllTypes) {
+  uint64_t stream = 40000;
+  for (const Kind& kd : all_kinds()) {
+    const Problem p(ctx(), kd, 16, 4, 256, std::max<int64_t>(128, kd.block()), stream += 10);
+    for (int64_t n : {1, 2, 5, 8, 9, 33, 200}) check_problem(ctx(), p, kd.name(), n, stream + n);
+  }
+}
+
+// Many tokens on one expert, the upper half of the experts without any.
+TEST_F(BackendOps, MoeExpertsSkewedRouting) {
+  const Kind kinds[] = {{hc::WType::MXFP4}, {hc::WType::FP8_B128}, {hc::WType::GGML_BLOCK, GgmlType::Q4_K}};
+  for (const Kind& kd : kinds) {
+    const Problem p(ctx(), kd, 16, 4, 256, 256, 41000);
+    for (int64_t n : {6, 40, 300}) check_problem(ctx(), p, kd.name(), n, 41100 + n, true);
+  }
+}
+
+// DeepSeek-V4-Flash shapes: D 4096, I 2048, 256 experts, k 6 (MXFP4 and FP8_B128 checked at
+// n = 1 and 512, Q8_0 and Q2_K at n = 1). Timings are printed, not asserted (median of 20 after
+// a warm-up): n = 1 as GB/s of the weight bytes its 6 experts hold, n = 512 in ms per mode.
+TEST_F(BackendOps, MoeExpertsFlash) {
+  const Kind kinds[] = {{hc::WType::MXFP4}, {hc::WType::FP8_B128}, {hc::WType::Q8_0},
+                        {hc::WType::GGML_BLOCK, GgmlType::Q2_K}};
+  for (const Kind& kd : kinds) {
+    const bool full = kd.type == hc::WType::MXFP4 || kd.type == hc::WType::FP8_B128;  // prefill checked too
+    const Problem p(ctx(), kd, 256, 6, 4096, 2048, 42000 + static_cast<int>(kd.type) * 10);
+    for (int64_t n : {1, 512}) {
+      if (n == 1 || full) check_problem(ctx(), p, kd.name(), n, 42500 + n);
+      Bufs r(ctx(), p, p.input(n, 42700), n, make_routing(n, p.k, p.E, 42600 + n));
+      for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
+        if (n == 1 && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
+        const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, m); });
+        const double bytes = static_cast<double>(p.k) * (p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
+        if (n == 1)
+          std::printf("[moe-timing] %-9s n=1    %.1f us  %.0f GB/s of %.1f MB expert weights\n", kd.name().c_str(),
+                      ms * 1e3, bytes / (ms * 1e-3) / 1e9, bytes / 1e6);
+        else
+          std::printf("[moe-timing] %-9s n=%-4lld %s %.3f ms\n", kd.name().c_str(), static_cast<long long>(n),
+                      m == hc::GemmMode::F32 ? "f32 " : "bf16", ms);
+      }
+    }
+  }
+}
+
+// The call captured once in a CUDA graph and replayed with new routing and input: the routing
+// is read on the device at replay time.
+TEST_F(BackendOps, MoeExpertsGraphReplay) {
+  const Problem p(ctx(), Kind{hc::WType::MXFP4}, 16, 4, 256, 128, 43000);
+  for (int64_t n : {5, 33}) {
+    Bufs r(ctx(), p, p.input(n, 43100), n, make_routing(n, p.k, p.E, 43200));
+    r.run(ctx(), p, n, hc::GemmMode::F32);  // first use sets the kernels' attributes
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    HS_CUDA_CHECK(cudaStreamBeginCapture(ctx().stream(), cudaStreamCaptureModeGlobal));
+    r.call(ctx(), p, n, hc::GemmMode::F32);
+    HS_CUDA_CHECK(cudaStreamEndCapture(ctx().stream(), &graph));
+    HS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 2; ++rep) {
+      const Routing rt = make_routing(n, p.k, p.E, 43300 + rep, rep == 1);
+      const std::vector<float> x = p.input(n, 43400 + rep);
+      r.x.put(x);
+      r.idx.put(rt.idx);
+      r.wt.put(rt.wt);
+      r.y.poison();
+      HS_CUDA_CHECK(cudaGraphLaunch(exec, ctx().stream()));
+      check("moe-graph", "MXFP4", "n=" + std::to_string(n) + " replay " + std::to_string(rep), r.y.get(),
+            cpu_moe(p.w1, p.w3, p.w2, p.E, x, n, rt, p.k), 1e-5);
+    }
+    HS_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    HS_CUDA_CHECK(cudaGraphDestroy(graph));
+  }
+}
+
+TEST_F(BackendOps, MoeExpertsErrors) {
+  const Problem p(ctx(), Kind{hc::WType::Q8_0}, 16, 4, 256, 128, 44000);
+  const Routing rt = make_routing(3, 4, 16, 44001);
+  Bufs r(ctx(), p, p.input(3, 44002), 3, rt);
+  auto call = [&](const hc::WeightView& w1, const hc::WeightView& w3, const hc::WeightView& w2, int E, int k) {
+    hc::moe_experts(ctx(), w1, w3, w2, E, r.x.p(), 3, r.idx.p(), r.wt.p(), k, kLimit, hc::GemmMode::Auto, r.ws.p(),
+                    r.y.p());
+  };
+  EXPECT_THROW(call(p.d1.view, p.d3.view, p.d2.view, 16, 33), Error);     // k > 32
+  EXPECT_THROW(call(p.d1.view, p.d3.view, p.d2.view, 2048, 4), Error);    // n_experts > 1024
+  EXPECT_THROW(call(p.d1.view, p.d3.view, p.d2.view, 12, 4), Error);      // rows do not split into experts
+  EXPECT_THROW(call(p.d1.view, p.d2.view, p.d2.view, 16, 4), Error);      // w3 of the wrong shape
+  EXPECT_THROW(call(p.d1.view, p.d3.view, p.d1.view, 16, 4), Error);      // w2 of the wrong shape
+  const Problem q(ctx(), Kind{hc::WType::BF16}, 16, 4, 256, 128, 44100);
+  EXPECT_THROW(call(p.d1.view, q.d3.view, p.d2.view, 16, 4), Error);      // w1 and w3 types differ
+  const Problem f(ctx(), Kind{hc::WType::FP8_B128}, 4, 2, 256, 64, 44200);
+  EXPECT_THROW(call(f.d1.view, f.d3.view, f.d2.view, 4, 2), Error);       // FP8 experts off 128-row blocks
+  EXPECT_THROW(hc::moe_experts(ctx(), p.d1.view, p.d3.view, p.d2.view, 16, r.x.p(), 3, r.idx.p(), r.wt.p(), 4, kLimit,
+                               hc::GemmMode::Auto, nullptr, r.y.p()),
+               Error);  // no workspace
+  call(p.d1.view, p.d3.view, p.d2.view, 16, 4);  // and the good call still works
+  check("moe-after-errors", "Q8_0", "n=3", r.y.get(), cpu_moe(p.w1, p.w3, p.w2, 16, r.x.get(), 3, rt, 4), 1e-5);
+}
+
+#else  // !HS_HAVE_CUDA
+
+TEST(BackendOps, Skipped) { GTEST_SKIP() << "built without CUDA (HS_CUDA=OFF)"; }
+
+#endif
