@@ -214,11 +214,14 @@ void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, co
     cpu::matmul(pool_, w.w1.row(e * I), I, D, xs.data(), m, g.data());
     cpu::matmul(pool_, w.w3.row(e * I), I, D, xs.data(), m, u.data());
     cpu::swiglu_clamp(g.data(), u.data(), m * I, c.swiglu_limit, h.data());
+    // The routing weight scales h before the down projection (ds4-model-spec.md §6.5).
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < I; ++j) h[static_cast<size_t>(i * I + j)] *= toks[static_cast<size_t>(i)].second;
     if (model) act_quant_fp8(h.data(), m, I);
     cpu::matmul(pool_, w.w2.row(e * D), D, I, h.data(), m, d.data());
     if (model) cpu::round_bf16(d.data(), m * D);
     for (int64_t i = 0; i < m; ++i)
-      for (int64_t ch = 0; ch < D; ++ch) y[toks[i].first * D + ch] += d[i * D + ch] * toks[i].second;
+      for (int64_t ch = 0; ch < D; ++ch) y[toks[i].first * D + ch] += d[i * D + ch];
   }
   // Shared expert, same clamped SwiGLU, no routing weight.
   g.resize(static_cast<size_t>(n * I));

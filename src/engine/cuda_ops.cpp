@@ -18,6 +18,7 @@
 #include "util/fp.h"
 #include "engine/engine.h"
 #include "kernels/cuda/glue.h"
+#include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/quant_sim_cuda.h"
 #include "kernels/cuda/state_cuda.h"
@@ -279,7 +280,15 @@ class CudaOps : public Ops {
     float* u = alloc(n * I);
     float* h = alloc(n * I);
     float* d = alloc(n * D);
-    routed_experts(w, c, xin, n, didx, dw, model, g, u, h, d, y);
+    if (model) {
+      // The device MoE has no model-numerics rounding points yet (FP8 h, BF16 expert outputs):
+      // the per-expert path keeps them, at the cost of reading the routing back.
+      routed_experts(w, c, xin, n, didx, dw, model, g, u, h, d, y);
+    } else {
+      void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
+      cuda::moe_experts(ctx_, weight(w.w1), weight(w.w3), weight(w.w2), E, xin, n, didx, dw, K, c.swiglu_limit,
+                        gemm_mode(), ws, y);
+    }
     cuda::matmul(ctx_, weight(w.sh_w1), xin, n, g, gemm_mode());
     cuda::matmul(ctx_, weight(w.sh_w3), xin, n, u, gemm_mode());
     cuda::swiglu_clamp(ctx_, g, u, n * I, c.swiglu_limit, h);
@@ -348,10 +357,11 @@ class CudaOps : public Ops {
       cuda::matmul(ctx_, weight(w.w1).slice_rows(e * I, I), xs, mm, g, gemm_mode());
       cuda::matmul(ctx_, weight(w.w3).slice_rows(e * I, I), xs, mm, u, gemm_mode());
       cuda::swiglu_clamp(ctx_, g, u, mm * I, c.swiglu_limit, h);
+      cuda::scale_rows(ctx_, h, dwt, mm, I);  // the routing weight, before w2 (spec §6.5)
       if (model) act_quant_fp8(h, mm, I);
       cuda::matmul(ctx_, weight(w.w2).slice_rows(e * D, D), h, mm, d, gemm_mode());
       if (model) round_bf16(d, mm * D);
-      cuda::scatter_add_rows(ctx_, d, dt, dwt, mm, D, y);
+      cuda::scatter_add_rows(ctx_, d, dt, nullptr, mm, D, y);
       release_to(m1);
     }
   }

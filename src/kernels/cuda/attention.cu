@@ -2,6 +2,8 @@
 // (flash-decoding: row splits computed by separate blocks, merged by a second kernel).
 #include <climits>
 
+#include <algorithm>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
 
@@ -406,7 +408,11 @@ void attention_sink(DeviceContext& ctx, const float* q, int64_t nq, int64_t head
   HS_CHECK(rows.rows_ld >= 0 && nq <= 65535, "attention_sink: bad row list");
   DeviceGuard g(ctx.device());
   const int64_t R = rows.rows_ld > 0 ? rows.rows_ld : 1;
-  int n_splits = static_cast<int>((R + 63) / 64);
+  // Enough blocks to fill the GPU about four times over: decode (one query) splits its rows
+  // into tiles of 32 over many blocks; prefill has blocks enough from its queries alone.
+  const int64_t groups = nq * ((heads + kAttnHeads - 1) / kAttnHeads);
+  const int64_t want = (4 * ctx.sm_count() + groups - 1) / groups;
+  int n_splits = static_cast<int>(std::min<int64_t>((R + kAttnTile - 1) / kAttnTile, std::max<int64_t>(want, 1)));
   n_splits = n_splits < 1 ? 1 : n_splits > 512 ? 512 : n_splits;
   int rps = static_cast<int>((R + n_splits - 1) / n_splits);
   rps = (rps + kAttnTile - 1) / kAttnTile * kAttnTile;

@@ -24,8 +24,14 @@ __global__ void scatter_add_kernel(const float* src, const int32_t* idx, const f
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < m * dim;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / dim;
-    y[static_cast<int64_t>(idx[r]) * dim + i % dim] += w[r] * src[i];
+    y[static_cast<int64_t>(idx[r]) * dim + i % dim] += w ? w[r] * src[i] : src[i];
   }
+}
+
+__global__ void scale_rows_kernel(float* x, const float* w, int64_t rows, int64_t dim) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * dim;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] *= w[i / dim];
 }
 
 unsigned grid_for(int64_t n) {
@@ -51,6 +57,13 @@ void scatter_add_rows(DeviceContext& ctx, const float* src, const int32_t* idx, 
                       int64_t dim, float* y) {
   DeviceGuard g(ctx.device());
   scatter_add_kernel<<<grid_for(m * dim), 256, 0, ctx.stream()>>>(src, idx, w, m, dim, y);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void scale_rows(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t dim) {
+  if (rows <= 0 || dim <= 0) return;
+  DeviceGuard g(ctx.device());
+  scale_rows_kernel<<<grid_for(rows * dim), 256, 0, ctx.stream()>>>(x, w, rows, dim);
   HS_CUDA_CHECK_LAUNCH();
 }
 

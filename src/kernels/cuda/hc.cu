@@ -57,33 +57,73 @@ __global__ void __launch_bounds__(kHcThreads) hc_proj_kernel(const float* fn, co
   if (threadIdx.x == 0) out[mix] = ss;
 }
 
-__device__ void sinkhorn_dev(float* A, int hc, int iters, float eps) {
-  for (int j = 0; j < hc; ++j) {
+// Softmax over each row, then Sinkhorn normalisation (the CPU twin's order of operations).
+// HC > 0: the width is a compile-time constant, so the matrix lives in registers and the 20
+// dependent iterations are a short chain of independent divisions (one thread; ~1 us for
+// hc 4, where the runtime-width loop over a local array took ~60 us). HC == 0: any width.
+template <int HC>
+__device__ void sinkhorn_dev(float* A, int hc_rt, int iters, float eps) {
+  const int hc = HC > 0 ? HC : hc_rt;
+#pragma unroll
+  for (int j = 0; j < (HC > 0 ? HC : 8); ++j) {
+    if (j >= hc) break;
     float* row = A + j * hc;
     float mx = row[0];
-    for (int k = 1; k < hc; ++k) mx = fmaxf(mx, row[k]);
+#pragma unroll
+    for (int k = 1; k < (HC > 0 ? HC : 8); ++k)
+      if (k < hc) mx = fmaxf(mx, row[k]);
     float s = 0.f;
-    for (int k = 0; k < hc; ++k) {
-      row[k] = expf(row[k] - mx);
-      s += row[k];
-    }
-    for (int k = 0; k < hc; ++k) row[k] = row[k] / s + eps;
+#pragma unroll
+    for (int k = 0; k < (HC > 0 ? HC : 8); ++k)
+      if (k < hc) {
+        row[k] = expf(row[k] - mx);
+        s += row[k];
+      }
+#pragma unroll
+    for (int k = 0; k < (HC > 0 ? HC : 8); ++k)
+      if (k < hc) row[k] = row[k] / s + eps;
   }
   const int n_col = iters < 1 ? 1 : iters;  // the CPU twin always normalises columns once
   for (int it = 0; it < n_col; ++it) {
     if (it > 0) {  // row normalisation before every column normalisation but the first
-      for (int j = 0; j < hc; ++j) {
+#pragma unroll
+      for (int j = 0; j < (HC > 0 ? HC : 8); ++j) {
+        if (j >= hc) break;
         float s = 0.f;
-        for (int k = 0; k < hc; ++k) s += A[j * hc + k];
-        for (int k = 0; k < hc; ++k) A[j * hc + k] /= (s + eps);
+#pragma unroll
+        for (int k = 0; k < (HC > 0 ? HC : 8); ++k)
+          if (k < hc) s += A[j * hc + k];
+#pragma unroll
+        for (int k = 0; k < (HC > 0 ? HC : 8); ++k)
+          if (k < hc) A[j * hc + k] /= (s + eps);
       }
     }
-    for (int k = 0; k < hc; ++k) {
+#pragma unroll
+    for (int k = 0; k < (HC > 0 ? HC : 8); ++k) {
+      if (k >= hc) break;
       float s = 0.f;
-      for (int j = 0; j < hc; ++j) s += A[j * hc + k];
-      for (int j = 0; j < hc; ++j) A[j * hc + k] /= (s + eps);
+#pragma unroll
+      for (int j = 0; j < (HC > 0 ? HC : 8); ++j)
+        if (j < hc) s += A[j * hc + k];
+#pragma unroll
+      for (int j = 0; j < (HC > 0 ? HC : 8); ++j)
+        if (j < hc) A[j * hc + k] /= (s + eps);
     }
   }
+}
+
+// The comb matrix of one token: logits -> Sinkhorn, written to comb (registers when hc == 4).
+template <int HC>
+__device__ void comb_dev(const float* m, float r, const HcParams& p, float* comb) {
+  const int hc = HC > 0 ? HC : p.hc;
+  float A[HC > 0 ? HC * HC : 64];
+#pragma unroll
+  for (int q = 0; q < (HC > 0 ? HC * HC : 64); ++q)
+    if (q < hc * hc) A[q] = m[2 * hc + q] * r * p.scale[2] + p.base[2 * hc + q];
+  sinkhorn_dev<HC>(A, hc, p.sinkhorn_iters, p.hc_eps);
+#pragma unroll
+  for (int q = 0; q < (HC > 0 ? HC * HC : 64); ++q)
+    if (q < hc * hc) comb[q] = A[q];
 }
 
 // head == false: hc_pre (pre, post, comb); head == true: hc_head (pre only).
@@ -106,11 +146,9 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(const float* part
     const float r = 1.0f / sqrtf(m[mix] / static_cast<float>(len) + p.norm_eps);
     for (int j = 0; j < hc; ++j) pre[j] = sigmoidf_(m[j] * r * p.scale[0] + p.base[j]) + p.hc_eps;
     if (!head && blockIdx.x == 0) {
-      float A[64];
       for (int j = 0; j < hc; ++j) post[t * hc + j] = 2.0f * sigmoidf_(m[hc + j] * r * p.scale[1] + p.base[hc + j]);
-      for (int q = 0; q < hc * hc; ++q) A[q] = m[2 * hc + q] * r * p.scale[2] + p.base[2 * hc + q];
-      sinkhorn_dev(A, hc, p.sinkhorn_iters, p.hc_eps);
-      for (int q = 0; q < hc * hc; ++q) comb[t * hc * hc + q] = A[q];
+      if (hc == 4) comb_dev<4>(m, r, p, comb + t * hc * hc);
+      else comb_dev<0>(m, r, p, comb + t * hc * hc);
     }
   }
   __syncthreads();
