@@ -115,6 +115,46 @@ TEST(Pipeline, OptionErrors) {
 
 // GPU splits (skipped without enough GPUs): the same model over cuda:0,cuda:1, a virtual split
 // cuda:0,cuda:0, cuda:0 -> cuda:1 -> cuda:0, and cpu,cuda:0 all equal the single-device run.
+// --expert-top-k: the model's own k changes nothing; a smaller k changes the logits (it is an
+// approximation) but is applied identically in every shard, so a split still equals the
+// unsplit run bit for bit; a k above the model's is refused. small-bf16 has hash layers (their
+// tid2eid rows are cut to the first k experts) and score layers.
+TEST(Pipeline, ExpertTopKIsTheSameInEveryShard) {
+  const std::string dir = std::string(HS_TEST_DATA) + "/small-bf16";
+  test::Expected e = test::load_expected(dir);
+  const std::vector<int64_t> chunks = {static_cast<int64_t>(e.tokens.size())};
+  EngineOptions base;
+  Engine model_k(dir, base);
+  const int k = model_k.config().n_active_experts;
+  ASSERT_GE(k, 2);
+  ASSERT_GT(model_k.config().n_hash_layers, 0);
+  const std::vector<float> ref = test::run(model_k, e, chunks);
+  EngineOptions same = base;
+  same.expert_top_k = k;
+  Engine same_k(dir, same);
+  EXPECT_EQ(test::run(same_k, e, chunks), ref);
+
+  EngineOptions fewer = base;
+  fewer.expert_top_k = k - 1;
+  Engine one(dir, fewer);
+  EXPECT_EQ(one.config().n_active_experts, k - 1);
+  const std::vector<float> approx = test::run(one, e, chunks);
+  EXPECT_GT(test::rel_l2(approx.data(), ref.data(), ref.size()), 1e-3) << "k - 1 experts changed nothing";
+  fewer.devices = {"cpu", "cpu"};
+  fewer.layer_split = {3, one.config().n_layers - 3};
+  Engine split(dir, fewer);
+  EXPECT_EQ(test::run(split, e, {5, 11, 1, static_cast<int64_t>(e.tokens.size()) - 17}), approx);
+
+  EngineOptions too_many = base;
+  too_many.expert_top_k = k + 1;
+  try {
+    Engine bad(dir, too_many);
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("--expert-top-k"), std::string::npos) << err.what();
+  }
+}
+
 TEST(PipelineGpu, SplitsEqualOneDevice) {
   const int gpus = gpu_count();
   if (gpus < 1) GTEST_SKIP() << "no CUDA device";

@@ -14,6 +14,8 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
       {"layer-split", true, "layers per shard, e.g. 22,21 (default: an even split over --devices)", "N,N,..."},
       {"numerics", true, numerics_help, "MODE"},
       {"threads", true, "CPU threads of the engine (default: all cores)", "N"},
+      {"expert-top-k", true, "route each token to N experts instead of the model's k (approximate: faster, "
+       "lower quality; default: the model's)", "N"},
   };
 }
 
@@ -26,6 +28,8 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   o.threads = static_cast<int>(a.get_int("threads", 0));
   HS_CHECK(o.threads >= 0, "--threads must be at least 0");
   o.numerics = parse_numerics(a.get_or("numerics", default_numerics));
+  o.expert_top_k = static_cast<int>(a.get_int("expert-top-k", 0));
+  HS_CHECK(o.expert_top_k >= 0, "--expert-top-k must be positive, got ", o.expert_top_k);
   return o;
 }
 

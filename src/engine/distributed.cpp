@@ -97,7 +97,8 @@ std::vector<int> rank_layer_split(const std::vector<int>& split, int world, int 
   return split;
 }
 
-uint64_t config_hash(const ModelSource& src, Numerics numerics, const std::vector<int>& split, int world) {
+uint64_t config_hash(const ModelSource& src, Numerics numerics, const std::vector<int>& split, int world,
+                     int expert_top_k) {
   const ModelConfig& c = src.config();
   std::string s = cat("hs-pipeline-config 1|", src.format(), "|", c.vocab_size, "|", c.dim, "|", c.n_layers, "|",
                       c.n_heads, "|", c.head_dim, "|", c.rope_dim, "|", c.q_lora_rank, "|", c.o_groups, "|",
@@ -108,7 +109,8 @@ uint64_t config_hash(const ModelSource& src, Numerics numerics, const std::vecto
                       c.compress_rope_theta, "|", c.yarn.factor, "|", c.yarn.original_ctx, "|", c.yarn.beta_fast,
                       "|", c.yarn.beta_slow, "|", c.max_position, "|", c.bos_token_id, "|", c.eos_token_id, "|",
                       c.n_mtp_layers, "|ratios ", join(c.compress_ratios), "|numerics ",
-                      numerics == Numerics::Model ? "model" : "reference", "|split ", join(split), "|world ", world);
+                      numerics == Numerics::Model ? "model" : "reference", "|split ", join(split), "|world ", world,
+                      "|expert_top_k ", expert_top_k);
   for (const StoredTensor& t : src.stored_tensors()) {
     s += cat("|", t.name, ":", t.type, ":", t.nbytes);
     for (int64_t d : t.shape) s += cat(",", d);
@@ -541,7 +543,7 @@ DistributedEngine::DistributedEngine(const std::string& model_path, const Engine
     I.split = rank_layer_split(opts.layer_split, d.world, src->config().n_layers);
     mine.rank = d.rank;
     mine.world = d.world;
-    mine.config_hash = config_hash(*src, opts.numerics, I.split, d.world);
+    mine.config_hash = config_hash(*src, opts.numerics, I.split, d.world, opts.expert_top_k);
     mine.device = opts.device;
     mine.host = host_name();
     const ModelConfig& c = src->config();

@@ -42,7 +42,8 @@ std::vector<int> rank_layer_split(const std::vector<int>& split, int world, int 
 
 // A fingerprint of what every rank must agree on: the model's configuration and tensor
 // inventory (names, types, shapes), the numerics, the layer split and the world size.
-uint64_t config_hash(const ModelSource& src, Numerics numerics, const std::vector<int>& split, int world);
+uint64_t config_hash(const ModelSource& src, Numerics numerics, const std::vector<int>& split, int world,
+                     int expert_top_k = 0);
 
 class DistributedEngine {
  public:

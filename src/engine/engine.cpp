@@ -46,6 +46,13 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     HS_CHECK(!has_csa || (id > 0 && (id & (id - 1)) == 0), "--numerics model: the indexer's Hadamard rotation needs a "
              "power-of-two index_head_dim, this model has ", id, " (use --numerics reference)");
   }
+  const int model_k = config_.n_active_experts;
+  if (opts.expert_top_k > 0) {
+    HS_CHECK(opts.expert_top_k <= model_k, "--expert-top-k ", opts.expert_top_k, ": the model routes each token to ",
+             model_k, " experts; the knob can only lower that (1..", model_k, ")");
+    config_.n_active_experts = opts.expert_top_k;
+  }
+  HS_CHECK(opts.expert_top_k >= 0, "--expert-top-k must be positive (0: the model's), got ", opts.expert_top_k);
   pool_ = std::make_unique<ThreadPool>(opts.threads);
   std::vector<std::string> devices = opts.devices;
   std::vector<int> split = opts.layer_split;
@@ -82,6 +89,15 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     const int end = begin + split[i];
     ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size(), ops->weight_form(),
                                         [ops](Mat& m) { ops->adopt_weight(m); });
+    const int k = config_.n_active_experts;
+    if (k < model_k)  // hash layers: keep the first k experts of each token's row
+      for (auto& L : w.layers) {
+        if (L.tid2eid.empty()) continue;
+        const size_t V = L.tid2eid.size() / static_cast<size_t>(model_k);
+        for (size_t t = 0; t < V; ++t)
+          for (int j = 0; j < k; ++j) L.tid2eid[t * k + j] = L.tid2eid[t * model_k + j];
+        L.tid2eid.resize(V * k);
+      }
     shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops, opts.numerics));
     begin = end;
   }

@@ -24,6 +24,10 @@ struct EngineOptions {
   // shards live in other processes, engine/distributed.h). step() then refuses to run, and the
   // caller drives the pieces: embed (first shard), forward_shards, logits (last shard).
   int only_shard = -1;
+  // > 0: route every token to this many experts instead of the model's k (an approximation
+  // that trades quality for speed; applied identically in every shard; hash layers use the
+  // first N of their k experts). 0: the model's.
+  int expert_top_k = 0;
 };
 
 // "reference" | "model" (the --numerics option); errors name the value.
