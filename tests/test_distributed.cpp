@@ -190,9 +190,9 @@ TEST(Options, BadArguments) {
 
   EXPECT_EQ(rank_layer_split({}, 3, 8), (std::vector<int>{2, 3, 3}));
   EXPECT_EQ(rank_layer_split({5, 3}, 2, 8), (std::vector<int>{5, 3}));
-  EXPECT_ERROR(rank_layer_split({5, 4}, 2, 8), "sums to 9 layers, the model has 8");
-  EXPECT_ERROR(rank_layer_split({8, 0}, 2, 8), "every rank needs at least one layer");
-  EXPECT_ERROR(rank_layer_split({}, 9, 8), "--world 9 for 8 layers");
+  EXPECT_EQ(rank_layer_split({5, 4}, 2, 8), (std::vector<int>{4, 4}));  // shares: 4.44 / 3.56 layers
+  EXPECT_ERROR(rank_layer_split({8, 0}, 2, 8), "every share must be positive");
+  EXPECT_ERROR(rank_layer_split({}, 9, 8), "--world 9: 9 shards for 8 layers");
 }
 
 struct CliRun {

@@ -104,8 +104,11 @@ TEST(Pipeline, ResetOnEveryShard) {
 TEST(Pipeline, OptionErrors) {
   const std::string dir = std::string(HS_TEST_DATA) + "/tiny";
   EXPECT_THROW(Engine(dir, on({"cpu", "cpu"}, {3, 2, 1})), Error);
-  EXPECT_THROW(Engine(dir, on({"cpu", "cpu"}, {3, 2})), Error);
   EXPECT_THROW(Engine(dir, on({"cpu", "cpu"}, {6, 0})), Error);
+  // Values that do not sum to the layer count are relative shares: 3:2 of 6 layers is 3.6 : 2.4.
+  Engine shares(dir, on({"cpu", "cpu"}, {3, 2}));
+  EXPECT_EQ(shares.shard(0).layer_end(), 4);
+  EXPECT_EQ(shares.shard(1).layer_end(), 6);
   EXPECT_THROW(Engine(dir, on(std::vector<std::string>(7, "cpu"))), Error);
   EXPECT_THROW(Engine(dir, on({"cpu", "gpu:0"})), Error);
   Engine even(dir, on({"cpu", "cpu", "cpu", "cpu"}));  // default: an even split

@@ -11,7 +11,8 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
       {"device", true, device_help, "DEV"},
       {"devices", true, "one device per shard, e.g. cpu,cpu or cuda:0,cuda:1 (layer split; overrides --device)",
        "D0,D1,..."},
-      {"layer-split", true, "layers per shard, e.g. 22,21 (default: an even split over --devices)", "N,N,..."},
+      {"layer-split", true, "layers per shard (22,21) or relative shares (2,1) (default: the devices' free memory)",
+       "N,N,..."},
       {"numerics", true, numerics_help, "MODE"},
       {"threads", true, "CPU threads of the engine (default: all cores)", "N"},
       {"expert-top-k", true, "route each token to N experts instead of the model's k (approximate: faster, "

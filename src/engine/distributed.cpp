@@ -1,5 +1,7 @@
 #include "engine/distributed.h"
 
+#include "engine/layer_split.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -79,22 +81,13 @@ void validate(const DistributedOptions& d, const EngineOptions& opts) {
            " (one layer count per rank)");
 }
 
+// Each rank sees only its own device, so the default is an even split (not free memory).
 std::vector<int> rank_layer_split(const std::vector<int>& split, int world, int n_layers) {
-  if (split.empty()) {
-    HS_CHECK(world <= n_layers, "--world ", world, " for ", n_layers, " layers: every rank needs at least one layer");
-    std::vector<int> out;
-    for (int i = 0; i < world; ++i) out.push_back((n_layers * (i + 1)) / world - (n_layers * i) / world);
-    return out;
-  }
-  HS_CHECK(static_cast<int>(split.size()) == world, "--layer-split ", join(split), " has ", split.size(),
-           " entries but --world is ", world, " (one layer count per rank)");
-  int total = 0;
-  for (int s : split) {
-    HS_CHECK(s > 0, "--layer-split ", join(split), ": every rank needs at least one layer");
-    total += s;
-  }
-  HS_CHECK(total == n_layers, "--layer-split ", join(split), " sums to ", total, " layers, the model has ", n_layers);
-  return split;
+  HS_CHECK(split.empty() || static_cast<int>(split.size()) == world, "--layer-split ", join(split), " has ",
+           split.size(), " entries but --world is ", world, " (one share per rank)");
+  const std::vector<double> shares = split.empty() ? std::vector<double>(static_cast<size_t>(world), 1.0)
+                                                   : std::vector<double>(split.begin(), split.end());
+  return split_layers(shares, n_layers, split.empty() ? "--world " + std::to_string(world) : "--layer-split " + join(split));
 }
 
 uint64_t config_hash(const ModelSource& src, Numerics numerics, const std::vector<int>& split, int world,

@@ -1,5 +1,7 @@
 #include "engine/engine.h"
 
+#include "engine/layer_split.h"
+
 #include <algorithm>
 #include <numeric>
 #include <sstream>
@@ -55,22 +57,15 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   HS_CHECK(opts.expert_top_k >= 0, "--expert-top-k must be positive (0: the model's), got ", opts.expert_top_k);
   pool_ = std::make_unique<ThreadPool>(opts.threads);
   std::vector<std::string> devices = opts.devices;
-  std::vector<int> split = opts.layer_split;
-  if (devices.empty()) devices.assign(split.empty() ? 1 : split.size(), opts.device);
-  if (split.empty()) {  // an even split, at least one layer each
-    HS_CHECK(static_cast<int>(devices.size()) <= config_.n_layers, devices.size(), " devices for ", config_.n_layers,
-             " layers: every shard needs at least one layer");
-    for (size_t i = 0; i < devices.size(); ++i)
-      split.push_back(static_cast<int>((config_.n_layers * (i + 1)) / devices.size() - (config_.n_layers * i) / devices.size()));
-  }
-  HS_CHECK(split.size() == devices.size(), "--layer-split has ", split.size(), " entries but there are ",
-           devices.size(), " devices");
-  int total = 0;
-  for (int s : split) {
-    HS_CHECK(s > 0, "layer split: every shard needs at least one layer");
-    total += s;
-  }
-  HS_CHECK(total == config_.n_layers, "layer split sums to ", total, " layers, the model has ", config_.n_layers);
+  if (devices.empty()) devices.assign(opts.layer_split.empty() ? 1 : opts.layer_split.size(), opts.device);
+  HS_CHECK(opts.layer_split.empty() || opts.layer_split.size() == devices.size(), "--layer-split has ",
+           opts.layer_split.size(), " entries but there are ", devices.size(), " devices");
+  // Layer counts, or relative shares; by default each device's free memory.
+  const std::vector<double> shares =
+      !opts.layer_split.empty() ? std::vector<double>(opts.layer_split.begin(), opts.layer_split.end())
+      : devices.size() == 1     ? std::vector<double>{1.0}
+                                : free_memory_shares(devices);
+  const std::vector<int> split = split_layers(shares, config_.n_layers, "--layer-split");
   HS_CHECK(opts.only_shard < static_cast<int>(split.size()), "shard ", opts.only_shard, " asked for, the split has ",
            split.size(), " shards");
   int begin = 0;

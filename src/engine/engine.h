@@ -16,7 +16,9 @@ struct EngineOptions {
   std::string device = "cpu";     // "cpu" or "cuda:N"
   Numerics numerics = Numerics::Reference;
   int threads = 0;                // 0: all cores
-  std::vector<int> layer_split;   // layers per shard (sums to n_layers); empty: one shard per device
+  // Layers per shard (when they sum to n_layers) or relative shares (engine/layer_split.h);
+  // empty: shares = the devices' free memory.
+  std::vector<int> layer_split;
   // One device per shard ("cpu", "cuda:N"; the same device may appear twice). Empty: `device`
   // for every shard.
   std::vector<std::string> devices;
