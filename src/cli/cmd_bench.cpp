@@ -60,12 +60,8 @@ int cmd_bench(const Args& args) {
       {"json", true, "also write the results as JSON", "FILE"},
       {"profile", false, "after the runs, print the device time per op of one pp and 16 decode steps"},
   };
-#ifdef HS_HAVE_CUDA
-  const std::string default_device = "cuda:0";
-#else
-  const std::string default_device = "cpu";
-#endif
-  for (auto& o : engine_option_specs("cpu or cuda:N (default: cuda:0 in a CUDA build, else cpu)",
+  const std::string default_device = gpu_count() > 0 ? "cuda:0" : "cpu";
+  for (auto& o : engine_option_specs("cpu or cuda:N (default: cuda:0 when a GPU is present, else cpu)",
                                      "model (default: the inference numerics, BF16 tensor cores in prefill) or "
                                      "reference (f32 everywhere, the parity mode)"))
     specs.push_back(o);

@@ -1,6 +1,9 @@
 #include "engine/engine.h"
 
 #include "engine/layer_split.h"
+#ifdef HS_HAVE_CUDA
+#include "kernels/cuda/device_context.h"
+#endif
 
 #include <algorithm>
 #include <numeric>
@@ -14,6 +17,14 @@ Numerics parse_numerics(const std::string& s) {
   if (s == "reference") return Numerics::Reference;
   if (s == "model") return Numerics::Model;
   fail("--numerics: expected 'reference' or 'model', got '", s, "'");
+}
+
+int gpu_count() {
+#ifdef HS_HAVE_CUDA
+  return cuda::device_count();
+#else
+  return 0;
+#endif
 }
 
 std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics) {

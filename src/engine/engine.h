@@ -35,6 +35,9 @@ struct EngineOptions {
 // "reference" | "model" (the --numerics option); errors name the value.
 Numerics parse_numerics(const std::string& s);
 
+// CUDA devices usable by this build (0 without CUDA, a driver or a GPU).
+int gpu_count();
+
 // The backend for a device name ("cpu", "cuda:N"); errors name the device.
 std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics);
 #ifdef HS_HAVE_CUDA
