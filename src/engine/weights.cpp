@@ -28,7 +28,13 @@ struct Loader {
     m.cols = s.shape.back();
     if (form == WeightForm::Native) m.native = src.native(s);
     if (!m.native) m.w = src.read_f32(s);
-    if (adopt) adopt(m);
+    if (adopt) {
+      try {
+        adopt(m);
+      } catch (const Error& e) {  // e.g. a block type without a device decoder
+        fail(src.path(), ": tensor ", name, " (", m.rows, " x ", m.cols, "): ", e.what());
+      }
+    }
     return m;
   }
   HcWeights hc(const std::string& prefix) const { return {vec(prefix + "_fn"), vec(prefix + "_base"), vec(prefix + "_scale")}; }
