@@ -272,14 +272,8 @@ int main(int argc, char** argv) {
     std::printf("device: %s, L2 %d MiB\n", ctx.describe().c_str(), ctx.props().l2CacheSize >> 20);
 
     // Copy bandwidth: 1 GiB device-to-device, bytes read + written.
-    const size_t cb = size_t{1} << 30;
-    hc::DeviceBuffer src = ctx.alloc(cb), dst = ctx.alloc(cb);
-    fill(ctx, src.data(), static_cast<int64_t>(cb), 1, 0);
-    const float copy_ms = time_ms(ctx, 3, reps, [&] { ctx.copy(dst.data(), src.data(), cb); });
-    const double copy_gbs = 2.0 * static_cast<double>(cb) / (copy_ms * 1e-3) / 1e9;
+    const double copy_gbs = hc::measure_copy_gbs(ctx, size_t{1} << 30, reps);
     std::printf("device-to-device copy: %.1f GB/s (read + write, 1 GiB, median of %d)\n\n", copy_gbs, reps);
-    src.reset();
-    dst.reset();
     if (gguf) {
       bench_gguf(ctx, reps, copy_gbs, quants, only, shape_filter);
       return 0;

@@ -401,14 +401,6 @@ TEST(Handshake, MismatchedModelIsRefused) {
   EXPECT_NE(l1.find("rank 0 refused this rank"), std::string::npos) << l1;
 }
 
-int gpu_count() {
-#ifdef HS_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
-}
-
 class TwoGpus : public ::testing::Test {
  protected:
   void SetUp() override {

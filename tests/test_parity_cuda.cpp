@@ -16,13 +16,7 @@ using namespace hs;
 
 namespace {
 
-bool have_gpu() {
-#ifdef HS_HAVE_CUDA
-  return cuda::device_count() > 0;
-#else
-  return false;
-#endif
-}
+bool have_gpu() { return gpu_count() > 0; }
 
 class CudaParity : public ::testing::TestWithParam<std::string> {};
 

@@ -14,14 +14,6 @@ using namespace hs;
 
 namespace {
 
-int gpu_count() {
-#ifdef HS_HAVE_CUDA
-  return cuda::device_count();
-#else
-  return 0;
-#endif
-}
-
 EngineOptions on(std::vector<std::string> devices, std::vector<int> split = {}) {
   EngineOptions o;
   o.devices = std::move(devices);
