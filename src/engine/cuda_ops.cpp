@@ -367,8 +367,14 @@ class CudaOps : public Ops {
   }
 
   std::string describe(const Mat& W, int64_t n) {  // a profile row: shape, device type, path
-    return " " + std::to_string(W.rows) + "x" + std::to_string(W.cols) + " " + cuda::wtype_name(weight(W).type) +
-           (n > cuda::kMatvecMaxCols ? " gemm" : " matvec");
+    std::string s = " ";  // (appends: GCC 12 warns falsely on a + chain here)
+    s += std::to_string(W.rows);
+    s += 'x';
+    s += std::to_string(W.cols);
+    s += ' ';
+    s += cuda::wtype_name(weight(W).type);
+    s += n > cuda::kMatvecMaxCols ? " gemm" : " matvec";
+    return s;
   }
 
   static int checked(int device) {
@@ -404,11 +410,8 @@ class CudaOps : public Ops {
       if (half_odd) {
         dequantize_row(nt.type, nt.data, f.data(), m.rows * m.cols);
       } else {
-        const int64_t sc = (m.cols + 127) / 128;
-        for (int64_t r = 0; r < m.rows; ++r)
-          for (int64_t c = 0; c < m.cols; ++c)
-            f[static_cast<size_t>(r * m.cols + c)] =
-                e4m3_to_f32(nt.data[r * m.cols + c]) * e8m0_to_f32(nt.scales[(r / 128) * sc + c / 128]);
+        dequantize_fp8_block128(nt.data, m.rows, m.cols, [&](int64_t b) { return e8m0_to_f32(nt.scales[b]); },
+                                f.data());
       }
       return cuda::upload_gguf_weight(ctx_, GgmlType::F32, f.data(), m.rows, m.cols);
     }

@@ -151,6 +151,8 @@ void quantize_row(GgmlType type, const float* src, void* dst, int64_t n) {
   }
 }
 
+float e4m3_value(uint8_t code) { return e4m3_to_f32(code); }
+
 void repack_fp4_to_mxfp4(const uint8_t* packed_e2m1, const uint8_t* e8m0_scales, void* dst_mxfp4,
                          int64_t n) {
   HS_CHECK(n >= 0 && n % 32 == 0, "FP4 -> MXFP4 repack: ", n, " elements is not a multiple of 32");

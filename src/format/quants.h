@@ -32,4 +32,23 @@ bool type_has_quantizer(GgmlType type);
 void repack_fp4_to_mxfp4(const uint8_t* packed_e2m1, const uint8_t* e8m0_scales, void* dst_mxfp4,
                          int64_t n);
 
+// DeepSeek's official FP8 matrix [rows, cols] -> f32: e4m3 codes times the scale of their
+// 128x128 block; block_scale(i) is the scale of block i of the [ceil(rows/128), ceil(cols/128)]
+// grid (the caller reads it as E8M0 or F32), asked once per block and row.
+template <typename BlockScale>
+void dequantize_fp8_block128(const uint8_t* e4m3, int64_t rows, int64_t cols, BlockScale&& block_scale, float* out);
+
+float e4m3_value(uint8_t code);  // util/fp.h e4m3_to_f32 (out of line: CUDA sources include this header)
+
+template <typename BlockScale>
+void dequantize_fp8_block128(const uint8_t* e4m3, int64_t rows, int64_t cols, BlockScale&& block_scale, float* out) {
+  const int64_t sc = (cols + 127) / 128;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+      const float s = block_scale((r / 128) * sc + c0 / 128);
+      const int64_t c1 = c0 + 128 < cols ? c0 + 128 : cols;
+      for (int64_t c = c0; c < c1; ++c) out[r * cols + c] = e4m3_value(e4m3[r * cols + c]) * s;
+    }
+}
+
 }  // namespace hs

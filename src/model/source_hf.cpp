@@ -335,10 +335,7 @@ class HfSource : public ModelSource {
     }
     const st::Tensor& s = get(scale_name(name));
     if (t.dtype == DType::F8_E4M3) {
-      const int64_t sc = (cols + 127) / 128;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          out[r * cols + c] = e4m3_to_f32(t.data[r * cols + c]) * scale_at(s, (r / 128) * sc + c / 128);
+      dequantize_fp8_block128(t.data, rows, cols, [&](int64_t b) { return scale_at(s, b); }, out);
       return;
     }
     // FP4 e2m1: element 2j in the low nibble, 2j+1 in the high nibble, one scale per 32.
