@@ -36,6 +36,7 @@ class CudaOps : public Ops {
 
   // ---- weights: uploaded in stored form as they are loaded; the host copy is dropped
   WeightForm weight_form() const override { return WeightForm::Native; }
+  bool host_state() const override { return false; }  // cuda_state.h
   void adopt_weight(Mat& m) override {
     weight(m);
     m.w.clear();

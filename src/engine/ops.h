@@ -32,6 +32,9 @@ class Ops {
   // is loaded (a device backend uploads it and drops the host bytes).
   virtual WeightForm weight_form() const { return WeightForm::F32; }
   virtual void adopt_weight(Mat&) {}
+  // Whether sequence state data lives in the host SequenceState (else the backend keeps it in
+  // its own BackendState mirrors, and the host side holds only the counters).
+  virtual bool host_state() const { return true; }
   // Bytes a pass over the matrix reads on this backend (its stored form on a device).
   virtual int64_t weight_bytes(const Mat& m) const { return m.rows * m.cols * 4; }
   // Measured device copy bandwidth (GB/s, read + write) for roofline figures; 0 where the

@@ -4,14 +4,16 @@
 
 namespace hs {
 
-void CompressorState::init(int ratio_, int coff_, int64_t d_) {
+void CompressorState::init(int ratio_, int coff_, int64_t d_, bool host_buffers) {
   ratio = ratio_;
   coff = coff_;
   d = d_;
-  buf_kv.assign(static_cast<size_t>(ratio * coff * d), 0.0f);
-  buf_gate.assign(buf_kv.size(), 0.0f);
-  prev_kv.assign(static_cast<size_t>(ratio * d), 0.0f);
-  prev_gate.assign(prev_kv.size(), 0.0f);
+  if (host_buffers) {
+    buf_kv.assign(static_cast<size_t>(ratio * coff * d), 0.0f);
+    buf_gate.assign(buf_kv.size(), 0.0f);
+    prev_kv.assign(static_cast<size_t>(ratio * d), 0.0f);
+    prev_gate.assign(prev_kv.size(), 0.0f);
+  }
   reset();
 }
 

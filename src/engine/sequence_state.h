@@ -24,7 +24,8 @@ struct CompressorState {
   int64_t n_entries = 0;
   mutable std::shared_ptr<BackendState> device;  // set by a device backend on first use
 
-  void init(int ratio_, int coff_, int64_t d_);
+  // host_buffers false: only the shape and counters (a device backend holds the data).
+  void init(int ratio_, int coff_, int64_t d_, bool host_buffers = true);
   void reset();
 };
 

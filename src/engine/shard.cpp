@@ -23,10 +23,11 @@ std::unique_ptr<SequenceState> Shard::new_sequence() const {
   s->layer_begin = w_.begin;
   for (int l = w_.begin; l < w_.end; ++l) {
     LayerState st;
-    st.ring.assign(static_cast<size_t>(config_.window) * config_.head_dim, 0.0f);
+    const bool host = ops_.host_state();  // a device backend keeps the data itself
+    if (host) st.ring.assign(static_cast<size_t>(config_.window) * config_.head_dim, 0.0f);
     const int r = config_.ratio(l);
-    if (r > 0) st.comp.init(r, config_.compress_coff(l), config_.head_dim);
-    if (r == config_.csa_ratio) st.index.init(r, 2, config_.index_head_dim);
+    if (r > 0) st.comp.init(r, config_.compress_coff(l), config_.head_dim, host);
+    if (r == config_.csa_ratio) st.index.init(r, 2, config_.index_head_dim, host);
     s->layers.push_back(std::move(st));
   }
   return s;
