@@ -232,3 +232,15 @@ TEST(Cli, BenchReportsRunsAndWeightBytes) {
   expect_error(test::run_cli("bench --synthetic huge --device cpu"), "huge");
   expect_error(test::run_cli("bench --device cpu"), "--synthetic");
 }
+
+// serve: MODEL and --synthetic exclude each other, and bad synthetic options fail before the
+// server listens (--port -1 makes a check that did not fire an error too, not a hang).
+TEST(CliBadInput, ServeSyntheticOptions) {
+  expect_error(test::run_cli("serve " + kData + "/tiny --synthetic tiny --port -1"), "mutually exclusive");
+  expect_error(test::run_cli("serve --synthetic huge --port -1"), "huge");
+  expect_error(test::run_cli("serve --synthetic flash --layers 0 --port -1"), "layers");
+  expect_error(test::run_cli("serve --quant q8 --port -1"), "--synthetic");
+  const auto h = test::run_cli("serve --help");
+  EXPECT_EQ(h.code, 0);
+  EXPECT_NE(h.out.find("--synthetic PRESET"), std::string::npos) << h.out;
+}

@@ -10,8 +10,8 @@
 
 #include "cli/args.h"
 #include "cli/engine_args.h"
+#include "cli/synthetic_args.h"
 #include "engine/engine.h"
-#include "model/synthetic.h"
 #include "util/error.h"
 
 namespace hs::cli {
@@ -48,10 +48,8 @@ struct Result {
 }  // namespace
 
 int cmd_bench(const Args& args) {
-  std::vector<OptionSpec> specs = {
-      {"synthetic", true, "benchmark a synthetic model instead of MODEL: tiny, flash or pro", "PRESET"},
-      {"layers", true, "synthetic: number of layers (default: the preset's)", "N"},
-      {"quant", true, "synthetic: f32, q8, mxfp4, q2, q4k or native (default mxfp4)", "MIX"},
+  std::vector<OptionSpec> specs = synthetic_option_specs();
+  const std::vector<OptionSpec> bench_specs = {
       {"pp", true, "prefill lengths to time (default 512,4096; 0 for none)", "N,N,..."},
       {"chunk", true, "prefill chunk size (default 512)", "N"},
       {"tg", true, "decode tokens to time per depth (default 128; 0 for none)", "N"},
@@ -60,6 +58,7 @@ int cmd_bench(const Args& args) {
       {"json", true, "also write the results as JSON", "FILE"},
       {"profile", false, "after the runs, print the device time per op of one pp and 16 decode steps"},
   };
+  specs.insert(specs.end(), bench_specs.begin(), bench_specs.end());
   const std::string default_device = gpu_count() > 0 ? "cuda:0" : "cpu";
   for (auto& o : engine_option_specs("cpu or cuda:N (default: cuda:0 when a GPU is present, else cpu)",
                                      "model (default: the inference numerics, BF16 tensor cores in prefill) or "
@@ -76,13 +75,10 @@ int cmd_bench(const Args& args) {
                specs);
     return 0;
   }
-  const bool synthetic = a.has("synthetic");
-  HS_CHECK(synthetic != (a.positionals().size() == 1),
+  HS_CHECK(a.has("synthetic") != (a.positionals().size() == 1),
            "expected exactly one MODEL argument or --synthetic PRESET (see hyperstream bench --help)");
-
   const EngineOptions opts = engine_options(a, default_device, "model");
-  bool on_device = opts.device.rfind("cuda:", 0) == 0;
-  for (const auto& d : opts.devices) on_device |= d.rfind("cuda:", 0) == 0;
+  const std::optional<SyntheticSpec> synthetic = synthetic_spec_from(a, opts);
 
   std::vector<int> pps = parse_int_list("--pp", a.get_or("pp", "512,4096"));
   std::vector<int> depths = parse_int_list("--depth", a.get_or("depth", "0,4096"));
@@ -93,13 +89,8 @@ int cmd_bench(const Args& args) {
   std::unique_ptr<Engine> eng;
   std::string model_name;
   if (synthetic) {
-    SyntheticSpec s;
-    s.preset = *a.get("synthetic");
-    s.layers = static_cast<int>(a.get_int("layers", -1));
-    s.quant = a.get_or("quant", "mxfp4");
-    s.device_fill = on_device && s.preset != "tiny";  // (tiny widths do not fit the FP8/K-quant device layouts)
-    model_name = "synthetic " + s.preset + " " + s.quant;
-    eng = std::make_unique<Engine>(make_synthetic_source(s), opts);
+    model_name = synthetic_model_name(*synthetic);
+    eng = std::make_unique<Engine>(make_synthetic_source(*synthetic), opts);
   } else {
     model_name = a.positionals()[0];
     eng = std::make_unique<Engine>(model_name, opts);

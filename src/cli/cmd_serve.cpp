@@ -1,11 +1,13 @@
-// `hyperstream serve [MODEL]`: the OpenAI- and Anthropic-compatible HTTP server over the
-// continuous-batching scheduler (docs/server.md). Also defines the model options `run` shares.
+// `hyperstream serve [MODEL | --synthetic PRESET]`: the OpenAI- and Anthropic-compatible HTTP
+// server over the continuous-batching scheduler (docs/server.md). Also defines the model options
+// `run` shares.
 #include <algorithm>
 #include <cstdio>
 
 #include "cli/args.h"
 #include "cli/engine_args.h"
 #include "cli/commands.h"
+#include "cli/synthetic_args.h"
 #include "engine/scheduler.h"
 #include "server/http_server.h"
 #include "server/model_loader.h"
@@ -29,7 +31,8 @@ std::vector<OptionSpec> model_option_specs() {
       {"prefill-chunk", true, "prompt tokens per sequence per step (default 256)", "N"},
   };
   for (auto& o : engine_option_specs("cpu (default) or cuda:N",
-                                     "reference (f32) or model (bf16 activations, QAT round trips; default for model files)"))
+                                     "reference (f32) or model (bf16 activations, QAT round trips; default for "
+                                     "model files and --synthetic)"))
     specs.push_back(o);
   return specs;
 }
@@ -38,11 +41,14 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
   HS_CHECK(a.positionals().size() <= 1, "expected at most one MODEL argument, got ", a.positionals().size());
   server::ModelSpec m;
   if (!a.positionals().empty()) m.path = a.positionals()[0];
+  HS_CHECK(!(m.path && a.has("synthetic")), "MODEL ('", m.path.value_or(""),
+           "') and --synthetic are mutually exclusive: serve a model file or a synthetic model");
   m.tokenizer = a.get("tokenizer");
   m.name = a.get("model-name");
   if (m.name) HS_CHECK(!m.name->empty(), "--model-name must not be empty");
   m.variant = a.get("chat-variant");
-  m.engine = engine_options(a, "cpu", m.path ? "model" : "reference");
+  m.engine = engine_options(a, "cpu", m.path || a.has("synthetic") ? "model" : "reference");
+  m.synthetic = synthetic_spec_from(a, m.engine);
   return m;
 }
 
@@ -70,6 +76,7 @@ int cmd_serve(const Args& args) {
       {"default-thinking", false, "thinking mode for requests that do not choose (default: chat mode)"},
       {"shutdown-timeout", true, "seconds running requests get to finish on SIGTERM/SIGINT (default 30)", "S"},
   };
+  for (auto& s : synthetic_option_specs()) specs.push_back(s);
   for (auto& s : model_option_specs()) specs.push_back(s);
   const size_t shown = specs.size();
   // Test-only: every answer is this text (tokenized, then EOS), or the X-HS-Test-Force-Output
@@ -79,10 +86,13 @@ int cmd_serve(const Args& args) {
   specs.push_back({"test-hooks", false, "test only"});
   ParsedArgs a("serve", args, specs);
   if (a.help()) {
-    print_help("serve", "[MODEL] [options]",
+    print_help("serve", "[MODEL | --synthetic PRESET [--layers N] [--quant MIX]] [options]",
                "Serve MODEL (a GGUF or a Hugging Face directory; none: the built-in synthetic model) over HTTP:\n"
                "OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic /v1/messages(/count_tokens);\n"
-               "/tokenize, /detokenize, /health, /metrics. See docs/server.md.",
+               "/tokenize, /detokenize, /health, /metrics. See docs/server.md.\n"
+               "--synthetic serves random weights of a preset's real shapes (on a GPU made in device memory) with\n"
+               "the built-in tokenizer, as model synthetic-PRESET-<layers>L-MIX: for throughput measurements\n"
+               "without a model file (scripts/bench_serve.sh).",
                std::vector<OptionSpec>(specs.begin(), specs.begin() + static_cast<long>(shown)));
     return 0;
   }

@@ -180,6 +180,10 @@ ModelConfig synthetic_config(const SyntheticSpec& spec) {
   return c;
 }
 
+std::string synthetic_model_name(const SyntheticSpec& spec) {
+  return cat("synthetic-", spec.preset, "-", synthetic_config(spec).n_layers, "L-", spec.quant);
+}
+
 SyntheticStorage synthetic_storage(const TensorSpec& spec, const std::string& quant) {
   synth::Storage s = synth::storage_of(spec, synth::parse_quant(quant));
   return {s.gguf, s.reported};

@@ -62,6 +62,10 @@ struct SyntheticSpec {
 // preset, layer count or vocabulary size.
 ModelConfig synthetic_config(const SyntheticSpec& spec);
 
+// A short id of the model, e.g. "synthetic-flash-8L-mxfp4" (the served model name, bench's
+// label); throws like synthetic_config.
+std::string synthetic_model_name(const SyntheticSpec& spec);
+
 // How one tensor is stored in a quant mix: the GGUF type written, and the storage type the
 // in-memory source reports (equal except for `native`: "F8_E4M3", "F4_E2M1", "BF16").
 struct SyntheticStorage {

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 
-#include "model/synthetic.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -36,6 +35,7 @@ std::string default_name(const std::string& path) {
 
 LoadedModel load_model(const ModelSpec& spec) {
   LoadedModel m;
+  HS_CHECK(!(spec.path && spec.synthetic), "a model file and a synthetic model at once");
   if (spec.path) {
     HS_CHECK(fs::exists(*spec.path), "MODEL '", *spec.path, "' does not exist (a GGUF file or a Hugging Face directory)");
     m.tokenizer = load_tokenizer(spec);
@@ -43,8 +43,9 @@ LoadedModel load_model(const ModelSpec& spec) {
     m.name = spec.name.value_or(default_name(*spec.path));
   } else {
     m.tokenizer = std::make_unique<Tokenizer>(spec.tokenizer ? Tokenizer::load(*spec.tokenizer) : builtin_tokenizer());
-    m.engine = std::make_unique<Engine>(builtin_source(), spec.engine);
-    m.name = spec.name.value_or("hyperstream-builtin");
+    m.engine = std::make_unique<Engine>(
+        spec.synthetic ? make_synthetic_source(*spec.synthetic) : builtin_source(), spec.engine);
+    m.name = spec.name.value_or(spec.synthetic ? synthetic_model_name(*spec.synthetic) : "hyperstream-builtin");
   }
   const int64_t vocab = m.engine->config().vocab_size;
   HS_CHECK(m.tokenizer->vocab_size() <= vocab, "the tokenizer has ", m.tokenizer->vocab_size(),

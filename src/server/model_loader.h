@@ -1,22 +1,25 @@
 // Loads what `serve` and `run` serve: the Engine and its tokenizer, from a GGUF (tokenizer
 // embedded), a Hugging Face directory (tokenizer.json beside the weights), an explicit
-// --tokenizer, or, with no model at all, the built-in synthetic model (model/synthetic.h).
+// --tokenizer, or, with no model file, a synthetic model (model/synthetic.h): the built-in one
+// or a preset's (`serve --synthetic`), with the built-in tokenizer.
 #pragma once
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "engine/engine.h"
+#include "model/synthetic.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 
 namespace hs::server {
 
 struct ModelSpec {
-  std::optional<std::string> path;       // none: the built-in model
-  std::optional<std::string> tokenizer;  // GGUF, tokenizer.json or a directory holding one
-  std::optional<std::string> name;       // the served model id (default: from the path)
-  std::optional<std::string> variant;    // chat variant "v4" | "v4-0731" (default: from the name)
+  std::optional<std::string> path;         // none: `synthetic`, or else the built-in model
+  std::optional<SyntheticSpec> synthetic;  // not with `path`
+  std::optional<std::string> tokenizer;    // GGUF, tokenizer.json or a directory holding one
+  std::optional<std::string> name;         // the served model id (default: from the path or the spec)
+  std::optional<std::string> variant;      // chat variant "v4" | "v4-0731" (default: from the name)
   EngineOptions engine;
 };
 
@@ -29,6 +32,5 @@ struct LoadedModel {
 
 // Throws hs::Error naming what is missing (e.g. a model without a tokenizer).
 LoadedModel load_model(const ModelSpec& spec);
-
 
 }  // namespace hs::server

@@ -1,5 +1,6 @@
 // Operations of `hyperstream serve`: /health, /metrics, API keys, CORS, the access log, a client
-// disconnect freeing its slot, and graceful shutdown on SIGTERM/SIGINT with streams open.
+// disconnect freeing its slot, graceful shutdown on SIGTERM/SIGINT with streams open, and
+// `--synthetic` (a preset model instead of the built-in one).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -180,4 +181,19 @@ test('SIGINT with --shutdown-timeout 0: open streams are cancelled, end cleanly,
   assert.equal(aev.at(-1).event, 'error');
   assert.equal(aev.at(-1).data.error.type, 'overloaded_error');
   assert.deepEqual(await exit, { code: 0, signal: null });
+});
+
+test('--synthetic tiny: a preset served under its synthetic name answers a chat request', async () => {
+  const s = await startServer(['--synthetic', 'tiny', '--layers', '2', '--quant', 'q8']);
+  try {
+    const name = 'synthetic-tiny-2L-q8';
+    assert.deepEqual(await (await fetch(`${s.url}/health`)).json(), { status: 'ok', model: name });
+    const r = await post(s, '/v1/chat/completions', chat({ model: name, max_tokens: 4, ignore_eos: true }));
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.body.model, name);
+    assert.equal(r.body.usage.completion_tokens, 4);
+    assert.match(s.stderr(), /ready: model synthetic-tiny-2L-q8/);
+  } finally {
+    assert.equal((await s.stop()).code, 0);
+  }
 });
