@@ -80,7 +80,8 @@ class SchedulerTest : public ::testing::Test {
   };
 
   // Submits a greedy request; the future resolves when it finishes.
-  std::future<Outcome> go(Scheduler& s, std::vector<int32_t> prompt, int max_tokens, std::vector<int32_t> stops = {}) {
+  std::future<Outcome> go(Scheduler& s, std::vector<int32_t> prompt, int max_tokens, std::vector<int32_t> stops = {},
+                          int64_t fail_after = -1) {
     auto prom = std::make_shared<std::promise<Outcome>>();
     auto out = std::make_shared<Outcome>();
     GenerationRequest r;
@@ -88,6 +89,7 @@ class SchedulerTest : public ::testing::Test {
     r.max_tokens = max_tokens;
     r.sampling.temperature = 0;
     r.stop_tokens = std::move(stops);
+    r.test_fail_after = fail_after;
     r.on_token = [out](const SampleResult& x) {
       out->tokens.push_back(x.token);
       return true;
@@ -100,23 +102,33 @@ class SchedulerTest : public ::testing::Test {
     return prom->get_future();
   }
 
+  // `count` prompts, prompt i of first + grow * i tokens (a pattern seeded by `seed`).
+  static std::vector<std::vector<int32_t>> prompts_of(int count, int first, int grow, int seed) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < count; ++i) {
+      std::vector<int32_t> p;
+      for (int j = 0; j < first + grow * i; ++j) p.push_back((seed * i + 7 * j + 3) % 320);
+      prompts.push_back(p);
+    }
+    return prompts;
+  }
+
+  // Each prompt run alone (one slot) on the unsplit engine.
+  std::vector<Outcome> solo_runs(const std::vector<std::vector<int32_t>>& prompts, int max_tokens) {
+    SchedulerOptions o;
+    o.max_seqs = 1;
+    Scheduler s(*engine_, o);
+    std::vector<Outcome> out;
+    for (auto& p : prompts) out.push_back(go(s, p, max_tokens).get());
+    return out;
+  }
+
   std::unique_ptr<Engine> engine_;
 };
 
 TEST_F(SchedulerTest, ConcurrentRequestsEqualTheirSoloRuns) {
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 6; ++i) {
-    std::vector<int32_t> p;
-    for (int j = 0; j < 5 + 7 * i; ++j) p.push_back((13 * i + 7 * j + 3) % 320);
-    prompts.push_back(p);
-  }
-  std::vector<Outcome> solo;
-  {
-    SchedulerOptions o;
-    o.max_seqs = 1;
-    Scheduler s(*engine_, o);
-    for (auto& p : prompts) solo.push_back(go(s, p, 12).get());
-  }
+  const std::vector<std::vector<int32_t>> prompts = prompts_of(6, 5, 7, 13);
+  const std::vector<Outcome> solo = solo_runs(prompts, 12);
   SchedulerOptions o;
   o.max_seqs = 4;  // fewer slots than requests: slots are reused (and reset) mid-run
   o.prefill_chunk = 3;
@@ -206,6 +218,48 @@ TEST_F(SchedulerTest, EngineFailureEndsTheRequestOnly) {
     EXPECT_EQ(s.stats().requests_active, 0);
     EXPECT_EQ(go(s, {1, 2, 3, 4, 5}, 6).get().tokens, ref.tokens);  // the slot works (and was reset)
   }
+}
+
+// Every step is one batched engine step: over a cpu,cpu split run as a pipeline of 2
+// micro-batches, with a row budget that forces prompt chunks and decode tokens to share steps,
+// concurrent greedy requests each get exactly what they get alone; a request whose test hook
+// fires ends alone with Error (taken out before the step) while the others in its batches go on.
+TEST_F(SchedulerTest, BatchedPipelinedStepsEqualSoloRuns) {
+  EngineOptions eo;
+  eo.devices = {"cpu", "cpu"};
+  eo.layer_split = {2, 4};
+  eo.pipeline_micro_batches = 2;
+  Engine piped(std::string(HS_TEST_DATA) + "/tiny", eo);
+  const std::vector<std::vector<int32_t>> prompts = prompts_of(7, 3, 9, 31);
+  const std::vector<Outcome> solo = solo_runs(prompts, 10);
+  SchedulerOptions o;
+  o.max_seqs = 5;
+  o.prefill_chunk = 7;
+  o.max_step_tokens = 9;
+  Scheduler s(piped, o);
+  std::vector<std::future<Outcome>> fs;
+  for (size_t i = 0; i < prompts.size(); ++i) fs.push_back(go(s, prompts[i], 10, {}, i == 2 ? 4 : -1));
+  for (size_t i = 0; i < fs.size(); ++i) {
+    const Outcome got = fs[i].get();
+    if (i == 2) {
+      EXPECT_EQ(got.reason, FinishReason::Error);
+      EXPECT_EQ(got.tokens, std::vector<int32_t>(solo[i].tokens.begin(), solo[i].tokens.begin() + 4));
+    } else {
+      EXPECT_EQ(got.reason, FinishReason::Length) << "request " << i;
+      EXPECT_EQ(got.tokens, solo[i].tokens) << "request " << i;
+    }
+  }
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.requests_active, 0);
+  EXPECT_EQ(st.generated_tokens_total, 6 * 10 + 4);
+  int64_t prompt_tokens = 0;
+  for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+  EXPECT_EQ(st.prefill_tokens, prompt_tokens);
+  // Every generated token but each request's last is fed back as a decode row (the failing
+  // one fails before its 4th is fed back).
+  EXPECT_EQ(st.decode_tokens, 6 * 9 + 3);
+  EXPECT_GT(st.prefill_seconds, 0.0);
+  EXPECT_GT(st.decode_seconds, 0.0);
 }
 
 TEST_F(SchedulerTest, ForcedTokensAndShutdown) {

@@ -17,6 +17,11 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
       {"threads", true, "CPU threads of the engine (default: all cores)", "N"},
       {"expert-top-k", true, "route each token to N experts instead of the model's k (approximate: faster, "
        "lower quality; default: the model's)", "N"},
+      {"micro-batches", true, "cut each batched step into N micro-batches that flow through the shards as a "
+       "pipeline, so shards on different devices work at the same time (default: the number of shards when "
+       "they are on two or more devices, else 1)", "N"},
+      {"peer-access", true, "how the HC state moves between two GPUs: auto (device to device, direct where peer "
+       "access is possible), on (direct or refuse), off (through host memory) (default auto)", "MODE"},
   };
 }
 
@@ -31,6 +36,12 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   o.numerics = parse_numerics(a.get_or("numerics", default_numerics));
   o.expert_top_k = static_cast<int>(a.get_int("expert-top-k", 0));
   HS_CHECK(o.expert_top_k >= 0, "--expert-top-k must be positive, got ", o.expert_top_k);
+  o.pipeline_micro_batches = static_cast<int>(std::clamp<long long>(a.get_int("micro-batches", 0), -1, 1 << 20));
+  HS_CHECK(o.pipeline_micro_batches >= 1 || !a.has("micro-batches"), "--micro-batches must be at least 1, got ",
+           o.pipeline_micro_batches);
+  o.peer_access = a.get_or("peer-access", "auto");
+  HS_CHECK(o.peer_access == "auto" || o.peer_access == "on" || o.peer_access == "off",
+           "--peer-access: expected auto, on or off, got '", o.peer_access, "'");
   return o;
 }
 

@@ -1,5 +1,5 @@
 // The engine options every model-running command takes: --device, --devices, --layer-split,
-// --numerics, --threads (logits, bench, serve, run).
+// --numerics, --threads, --expert-top-k, --micro-batches (logits, bench, serve, run).
 #pragma once
 #include <optional>
 #include <string>

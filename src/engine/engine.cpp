@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "engine/layer_split.h"
+#include "engine/pipeline_runner.h"
 #ifdef HS_HAVE_CUDA
 #include "kernels/cuda/device_context.h"
 #endif
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <numeric>
 #include <sstream>
+#include <utility>
 
 #include "util/error.h"
 
@@ -43,12 +45,24 @@ std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numer
   fail("unknown device '", device, "' (expected cpu or cuda:N)");
 }
 
+// Pins the calling thread to a device (a pipeline worker, once): the CUDA backend pins its
+// device at every op anyway; this makes the thread's own runtime calls land there too.
+static void pin_device(const std::string& device) {
+#ifdef HS_HAVE_CUDA
+  if (device.rfind("cuda:", 0) == 0) HS_CUDA_CHECK(cudaSetDevice(std::stoi(device.substr(5))));
+#else
+  (void)device;
+#endif
+}
+
 void Sequence::reset() {
   for (auto& s : shards) s->reset();
 }
 
 Engine::Engine(const std::string& model_path, const EngineOptions& opts)
     : Engine(ModelSource::open(model_path), opts) {}
+
+Engine::~Engine() = default;
 
 Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) : source_(std::move(source)) {
   config_ = source_->config();
@@ -108,6 +122,35 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     begin = end;
   }
   shard_offset_ = std::max(opts.only_shard, 0);
+  for (size_t i = 0; i < ops_.size(); ++i) ops_locks_.push_back(std::make_unique<std::mutex>());
+  HS_CHECK(opts.pipeline_micro_batches >= 0, "--micro-batches must be at least 0 (0: automatic), got ",
+           opts.pipeline_micro_batches);
+  // A pipeline pays off only when the shards sit on different devices (ops_ has one backend per device).
+  micro_batches_ = opts.pipeline_micro_batches > 0 ? opts.pipeline_micro_batches
+                   : ops_.size() >= 2                ? n_shards()
+                                                     : 1;
+  setup_handoffs(opts.peer_access);
+}
+
+// Which shard boundaries hand the HC state over device to device (EngineOptions::peer_access).
+void Engine::setup_handoffs(const std::string& mode) {
+  HS_CHECK(mode == "auto" || mode == "on" || mode == "off", "--peer-access: expected auto, on or off, got '", mode,
+           "'");
+  send_.assign(shards_.size(), false);
+  for (size_t s = 0; s + 1 < shards_.size(); ++s) {
+    const int a = shards_[s]->ops().device_index(), b = shards_[s + 1]->ops().device_index();
+    if (a < 0 || b < 0 || a == b || mode == "off") continue;
+#ifdef HS_HAVE_CUDA
+    if (mode == "on")
+      HS_CHECK(cuda::can_access_peer(a, b) && cuda::can_access_peer(b, a), "--peer-access on: cuda:", a,
+               " and cuda:", b, " cannot reach each other's memory (cudaDeviceCanAccessPeer says no); use "
+               "--peer-access auto (copies staged by the driver) or off");
+    // Where peer access is impossible the copy still works, staged by the driver.
+    cuda::enable_peer_access(a, b);
+    cuda::enable_peer_access(b, a);
+#endif
+    send_[s] = true;
+  }
 }
 
 const std::string& Engine::shard_device(int i) const {
@@ -127,47 +170,182 @@ bool Engine::complete() const {
   return !shards_.empty() && shards_.front()->owns_embedding() && shards_.back()->owns_output();
 }
 
+// One micro-batch on its way through the shards: whole items, their rows concatenated.
+struct Engine::Micro {
+  std::span<const StepItem> items;
+  int64_t rows = 0;
+  std::vector<HcState> X;      // per shard: the state on its backend (one buffer while the backend stays)
+  std::vector<float> staging;  // host copy between shards on different backends
+  std::vector<void*> handoff;  // per shard: the token of the state sent to it (Ops::send_to)
+};
+
+void Engine::check_items(std::span<const StepItem> items) const {
+  HS_CHECK(!items.empty(), "a step needs at least one sequence");
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    const std::string what = batch_label(i, items.size());
+    HS_CHECK(it.seq != nullptr, what, "no sequence given");
+    HS_CHECK(it.seq->shards.size() == shards_.size(), what, "sequence has ", it.seq->shards.size(),
+             " shard states, engine has ", shards_.size(), " shards");
+    HS_CHECK(it.n > 0 && it.tokens != nullptr, what, "step needs at least one token");
+    HS_CHECK(it.logits != nullptr, what, "no buffer for the logits given");
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      shards_[s]->check_state(*it.seq->shards[s], what);
+      HS_CHECK(it.seq->shards[s]->n_past == it.seq->n_past(), what, "shard ", s, " of the sequence is at position ",
+               it.seq->shards[s]->n_past, ", shard 0 at ", it.seq->n_past(),
+               " (a step failed half-way through the pipeline): reset the sequence");
+    }
+    for (size_t j = 0; j < i; ++j)
+      HS_CHECK(items[j].seq != it.seq, "sequence #", j, " and #", i,
+               " of the batch are the same sequence: each may appear once per step");
+    shards_.front()->check_tokens(it.tokens, it.n, it.seq->n_past(), what);
+  }
+}
+
+// The HC state buffers of a micro-batch: X0 (or a new one) on the first shard's backend, and a
+// new one wherever the backend changes. Allocated up front, before any stage runs: the stages
+// of a pipeline run on other threads, and each leaves its backend's scratch stack as it found it.
+void Engine::prepare(Micro& mb, HcState X0) {
+  const int64_t per = config_.hc_mult * config_.dim;
+  mb.X.clear();
+  mb.handoff.assign(shards_.size(), nullptr);
+  for (const auto& sh : shards_) {
+    Ops& o = sh->ops();
+    if (mb.X.empty() && X0.data) mb.X.push_back(X0);
+    else if (!mb.X.empty() && mb.X.back().backend == &o) mb.X.push_back(mb.X.back());
+    else mb.X.push_back(HcState{o.alloc(mb.rows * per), mb.rows, per, &o});
+  }
+}
+
+// Shard s over micro-batch mb: take the state over from the previous backend (or embed the
+// tokens), run the layers, hand the state on (or write the logits).
+void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
+  Shard& sh = *shards_[s];
+  Ops& ops = sh.ops();
+  size_t b = 0;
+  while (ops_[b].second.get() != &ops) ++b;
+  // Shards on one backend take turns: its scratch is one stack and CpuOps shares one thread pool.
+  std::lock_guard<std::mutex> lk(*ops_locks_[b]);
+  const int64_t count = mb.rows * config_.hc_mult * config_.dim;
+  const HcState& X = mb.X[s];
+  if (s == 0 && embed) {
+    std::vector<int32_t> tokens;
+    for (const StepItem& it : mb.items) tokens.insert(tokens.end(), it.tokens, it.tokens + it.n);
+    sh.embed(tokens.data(), mb.rows, X.data);
+  } else if (s > 0 && X.backend != mb.X[s - 1].backend) {
+    if (void* token = std::exchange(mb.handoff[s], nullptr)) ops.accept(token);
+    else ops.upload(X.data, mb.staging.data(), count);
+  }
+  std::vector<SeqRows> seqs;
+  for (const StepItem& it : mb.items) seqs.push_back({it.seq->shards[s].get(), it.tokens, it.n});
+  sh.forward_batch(seqs, X);
+  if (s + 1 < shards_.size() && mb.X[s + 1].backend != X.backend) {
+    Ops& next = shards_[s + 1]->ops();
+    if (send_[s]) mb.handoff[s + 1] = ops.send_to(next, mb.X[s + 1].data, X.data, count);
+    if (!mb.handoff[s + 1]) {
+      mb.staging.resize(static_cast<size_t>(count));
+      ops.download(mb.staging.data(), X.data, count);
+    }
+  }
+  if (s + 1 == shards_.size() && logits) write_logits(mb);
+}
+
+// The logits of every wanted row (all of an all_positions item, else its last) in one pass of
+// the head over those rows, gathered first when they are not one run.
+void Engine::write_logits(Micro& mb) {
+  Shard& last = *shards_.back();
+  Ops& ops = last.ops();
+  const int64_t per = config_.hc_mult * config_.dim, V = config_.vocab_size;
+  const float* X = mb.X.back().data;
+  std::vector<std::pair<int64_t, int64_t>> runs;  // (first row, rows)
+  int64_t row = 0, wanted = 0;
+  for (const StepItem& it : mb.items) {
+    const int64_t first = it.all_positions ? row : row + it.n - 1, k = it.all_positions ? it.n : 1;
+    if (!runs.empty() && runs.back().first + runs.back().second == first) runs.back().second += k;
+    else runs.emplace_back(first, k);
+    row += it.n;
+    wanted += k;
+  }
+  const size_t mark = ops.mark();
+  const float* H = X + runs.front().first * per;
+  if (runs.size() > 1) {
+    float* g = ops.alloc(wanted * per);
+    int64_t at = 0;
+    for (const auto& [first, k] : runs) {
+      ops.copy(g + at * per, X + first * per, k * per);
+      at += k;
+    }
+    H = g;
+  }
+  float* out = ops.alloc(wanted * V);
+  last.logits(H, wanted, out);
+  int64_t at = 0;
+  for (const StepItem& it : mb.items) {
+    const int64_t k = it.all_positions ? it.n : 1;
+    ops.download(it.logits, out + at * V, k * V);
+    at += k;
+  }
+  ops.release_to(mark);
+}
+
+PipelineRunner& Engine::runner() {
+  if (!runner_)
+    runner_ = std::make_unique<PipelineRunner>(n_shards(), [this](int s) { pin_device(shard_device(s)); });
+  return *runner_;
+}
+
 HcState Engine::forward_shards(Sequence& seq, const int32_t* tokens, int64_t n, HcState X) {
   HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
            shards_.size(), " shards");
-  const int64_t per = config_.hc_mult * config_.dim;
-  for (size_t i = 0; i < shards_.size(); ++i) {
-    Ops& next = shards_[i]->ops();
-    if (i > 0 && &next != &shards_[i - 1]->ops()) {  // (the first shard checks the state it is given)
-      staging_.resize(static_cast<size_t>(n * per));
-      shards_[i - 1]->ops().download(staging_.data(), X.data, n * per);
-      X = HcState{next.alloc(n * per), n, per, &next};
-      next.upload(X.data, staging_.data(), n * per);
-    }
-    shards_[i]->forward(*seq.shards[i], tokens, n, X);
-  }
-  return X;
+  const StepItem item{&seq, tokens, n, nullptr, false};
+  Micro mb{{&item, 1}, n, {}, {}, {}};
+  prepare(mb, X);  // (the first shard checks the state it is given)
+  for (size_t s = 0; s < shards_.size(); ++s) run_stage(s, mb, false, false);
+  return mb.X.back();
 }
 
 void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions) {
+  const StepItem item{&seq, tokens, n, logits, all_positions};
+  step_batch({&item, 1});
+}
+
+void Engine::step_batch(std::span<const StepItem> items) {
   HS_CHECK(complete(), "this engine holds only shard ", shard_offset_, " (layers [", shards_.front()->layer_begin(),
            ", ", shards_.back()->layer_end(), ")) of a multi-process pipeline: step() needs the whole model");
-  HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
-           shards_.size(), " shards");
-  HS_CHECK(n > 0, "step needs at least one token");
-  // The HC state goes from shard to shard in backend memory; between backends it is staged
-  // through host memory. Every backend's scratch is returned at the end.
+  check_items(items);
+  // Micro-batches of whole items with about equal rows: cut after the item where the running
+  // row count reaches the next share, keeping at least one item for every group still to come.
+  const size_t M = shards_.size() < 2 ? 1 : std::min<size_t>(static_cast<size_t>(micro_batches_), items.size());
+  int64_t total = 0;
+  for (const StepItem& it : items) total += it.n;
+  std::vector<Micro> mbs;
+  size_t begin = 0;
+  int64_t done = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    done += items[i].n;
+    const size_t groups_after = M - mbs.size() - 1, items_after = items.size() - i - 1;
+    const bool share_reached = done * static_cast<int64_t>(M) >= total * static_cast<int64_t>(mbs.size() + 1);
+    if (items_after == 0 || (groups_after > 0 && (items_after == groups_after || share_reached))) {
+      Micro mb{items.subspan(begin, i + 1 - begin), 0, {}, {}, {}};
+      for (const StepItem& it : mb.items) mb.rows += it.n;
+      mbs.push_back(std::move(mb));
+      begin = i + 1;
+    }
+  }
+  // Every backend's scratch is returned at the end, also on failure.
   std::vector<size_t> marks;
   for (auto& [name, o] : ops_) marks.push_back(o->mark());
   auto release = [&] {
     for (size_t i = 0; i < ops_.size(); ++i) ops_[i].second->release_to(marks[i]);
   };
-  const int64_t per = config_.hc_mult * config_.dim;
   try {
-    Ops* first = &shards_.front()->ops();
-    HcState X{first->alloc(n * per), n, per, first};
-    shards_.front()->embed(tokens, n, X.data);
-    X = forward_shards(seq, tokens, n, X);
-    Ops* cur = &shards_.back()->ops();
-    const int64_t rows = all_positions ? n : 1;
-    float* dev_logits = cur->alloc(rows * config_.vocab_size);
-    shards_.back()->logits(X.data + (n - rows) * per, rows, dev_logits);
-    cur->download(logits, dev_logits, rows * config_.vocab_size);
+    for (Micro& mb : mbs) prepare(mb, HcState{});
+    if (mbs.size() == 1) {
+      for (size_t s = 0; s < shards_.size(); ++s) run_stage(s, mbs[0], true, true);
+    } else {
+      runner().run(static_cast<int>(mbs.size()),
+                   [&](int s, int m) { run_stage(static_cast<size_t>(s), mbs[static_cast<size_t>(m)], true, true); });
+    }
   } catch (...) {
     release();
     throw;

@@ -2,6 +2,8 @@
 // with per-sequence state. The HC state [n, hc, D] is the only thing handed between shards.
 #pragma once
 #include <memory>
+#include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,17 @@ struct EngineOptions {
   // that trades quality for speed; applied identically in every shard; hash layers use the
   // first N of their k experts). 0: the model's.
   int expert_top_k = 0;
+  // Micro-batches a step_batch is cut into to run through the shards as a pipeline (one worker
+  // thread per shard): shard s works on micro-batch m while shard s+1 works on m-1, so two
+  // devices are not idle half the time. 0: the number of shards when they sit on at least two
+  // distinct devices, else 1 (no pipeline). Shards that share a backend take turns on it, so on
+  // cpu,cpu a value > 1 runs the machinery without any overlap (the tests force it there).
+  int pipeline_micro_batches = 0;
+  // How the HC state goes between shards on two different GPUs: "auto" a device-to-device copy
+  // (direct over NVLink/PCIe where peer access is possible, else staged by the driver through
+  // pinned host memory), "on" the same but refusing a pair without peer access, "off" through
+  // this engine's host buffer (download, then upload). Nothing waits on the host in the first two.
+  std::string peer_access = "auto";
 };
 
 // "reference" | "model" (the --numerics option); errors name the value.
@@ -51,11 +64,23 @@ struct Sequence {
   void reset();
 };
 
+class PipelineRunner;
+
+// One sequence's part of a batched step (Engine::step_batch).
+struct StepItem {
+  Sequence* seq = nullptr;
+  const int32_t* tokens = nullptr;  // n tokens, at positions seq->n_past()..
+  int64_t n = 0;                    // 1 decoding, k for a prefill chunk
+  float* logits = nullptr;          // [n, vocab] when all_positions, else the last position's [vocab]
+  bool all_positions = false;
+};
+
 class Engine {
  public:
   Engine(const std::string& model_path, const EngineOptions& opts);
   // From a source already open (e.g. an in-memory synthetic model).
   Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts);
+  ~Engine();
   const ModelConfig& config() const { return config_; }
   const ModelSource& source() const { return *source_; }
   int n_shards() const { return static_cast<int>(shards_.size()); }
@@ -64,8 +89,17 @@ class Engine {
   std::unique_ptr<Sequence> new_sequence() const;
   Shard& shard(int i) { return *shards_.at(static_cast<size_t>(i)); }
   // Processes n tokens (a prefill chunk or one decode token) and writes logits [n, vocab],
-  // or only the last position's [vocab] when all_positions is false (serving).
+  // or only the last position's [vocab] when all_positions is false (serving). A batch of one.
   void step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions = true);
+  // One forward over several sequences (continuous batching): each shard runs once over all
+  // the items' rows, so the weights are streamed once per step, not once per sequence; each
+  // sequence advances by its own n and gets the logits step() would give it. Every item is
+  // checked (sequence, token ids, shard states; a sequence may appear once) before anything
+  // runs. With micro_batches() > 1 the items are cut into that many groups of whole items that
+  // flow through the shards as a pipeline. If a step fails while running (a device error),
+  // the items' sequences are left half-advanced: reset them.
+  void step_batch(std::span<const StepItem> items);
+  int micro_batches() const { return micro_batches_; }
   // Whether this engine holds the whole pipeline (embedding to output head).
   bool complete() const;
   // Runs every shard of this engine over the HC state X (on the first shard's backend), staging
@@ -87,8 +121,19 @@ class Engine {
   std::unique_ptr<ThreadPool> pool_;
   std::vector<std::pair<std::string, std::unique_ptr<Ops>>> ops_;  // one backend per distinct device
   std::vector<std::unique_ptr<Shard>> shards_;
-  std::vector<float> staging_;  // host copy of the HC state between shards on different backends
+  std::vector<std::unique_ptr<std::mutex>> ops_locks_;  // per ops_ entry: shards sharing a backend take turns
   int shard_offset_ = 0;        // index in the split of shards_[0] (EngineOptions::only_shard)
+  int micro_batches_ = 1;       // EngineOptions::pipeline_micro_batches, resolved
+  std::vector<bool> send_;      // per shard s: hand the state to shard s + 1 by Ops::send_to
+
+  struct Micro;  // one micro-batch on its way through the shards (engine.cpp)
+  void check_items(std::span<const StepItem> items) const;
+  void prepare(Micro& mb, HcState X0);
+  void setup_handoffs(const std::string& peer_access);
+  void run_stage(size_t s, Micro& mb, bool embed, bool logits);
+  void write_logits(Micro& mb);
+  PipelineRunner& runner();
+  std::unique_ptr<PipelineRunner> runner_;  // last: its threads stop before anything they use goes
 };
 
 // "5,11,1" -> {5,11,1}; "k" -> chunks of k covering total. Errors name the spec.

@@ -53,6 +53,18 @@ class Ops {
   // download waits for the backend's queued work.
   virtual void upload(float* dst, const float* host, int64_t n) = 0;
   virtual void download(float* host, const float* src, int64_t n) = 0;
+  // The HC state between shards on two devices of one backend kind, in two halves (each called
+  // on the thread that drives that side): send_to() queues a copy of n floats into dst's memory
+  // after the work that made `src` and returns a token, or nullptr when this pair cannot (the
+  // engine then stages through host memory); dst.accept() makes dst's later work wait for it.
+  // Neither waits on the host, so two devices keep working while the state travels.
+  virtual void* send_to(Ops& dst, float* dst_ptr, const float* src, int64_t n) {
+    (void)dst, (void)dst_ptr, (void)src, (void)n;
+    return nullptr;
+  }
+  virtual void accept(void* token) { (void)token; }
+  // The backend's GPU index, -1 for the CPU (peer-access decisions between shards).
+  virtual int device_index() const { return -1; }
 
   virtual void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) = 0;
   virtual void matmul(const Mat& W, const float* x, int64_t n, float* y) = 0;

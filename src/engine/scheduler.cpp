@@ -33,6 +33,8 @@ struct Scheduler::Slot {
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(engine), opts_(opts) {
   HS_CHECK(opts_.max_seqs >= 1, "--max-seqs must be at least 1, got ", opts_.max_seqs);
   HS_CHECK(opts_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, got ", opts_.prefill_chunk);
+  HS_CHECK(opts_.max_step_tokens >= 0, "max_step_tokens must be at least 0 (0: prefill_chunk + max_seqs), got ",
+           opts_.max_step_tokens);
   HS_CHECK(opts_.ctx_size >= 2, "--ctx-size must be at least 2, got ", opts_.ctx_size);
   for (int i = 0; i < opts_.max_seqs; ++i) {
     auto s = std::make_unique<Slot>();
@@ -147,7 +149,23 @@ void Scheduler::loop() {
   }
 }
 
+void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
+  GenerationRequest req = std::move(s.req);
+  s.sampler.reset();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    s.busy = false;
+    stats_.requests_active--;
+  }
+  if (req.on_done) req.on_done(r, err);
+}
+
+// One engine step over every busy slot: cancelled requests end first, a request whose test
+// hook fires ends with Error before the step (so the batch it would have broken runs without
+// it), then one Engine::step_batch gives each decoding slot one token and the prefilling ones
+// their next chunks, and every slot whose prompt is done samples its next token.
 void Scheduler::step_once() {
+  std::vector<Slot*> live;
   for (auto& sp : slots_) {
     Slot& s = *sp;
     bool cancelled = false;
@@ -160,45 +178,72 @@ void Scheduler::step_once() {
         cancelled = true;
       }
     }
-    auto finish = [&](FinishReason r, const std::string& err) {
-      GenerationRequest req = std::move(s.req);
-      s.sampler.reset();
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        s.busy = false;
-        stats_.requests_active--;
-      }
-      if (req.on_done) req.on_done(r, err);
-    };
     if (cancelled) {
-      finish(FinishReason::Cancelled, "");
-      continue;
+      finish(s, FinishReason::Cancelled, "");
+    } else if (s.req.test_fail_after >= 0 && s.generated >= s.req.test_fail_after) {
+      const std::string e = cat("engine failure forced by a test hook after ", s.generated, " tokens");
+      log_warn("request ", s.id, " failed: ", e);
+      finish(s, FinishReason::Error, e);
+    } else {
+      live.push_back(&s);
+    }
+  }
+  if (live.empty()) return;
+  // Decoders first (one row each, always), then prompt chunks in admission order while the row
+  // budget lasts (the oldest prompt gets at least one row, so prompts always progress): a long
+  // prompt takes at most prefill_chunk rows of a step and never stalls decoding.
+  std::stable_sort(live.begin(), live.end(), [](const Slot* a, const Slot* b) {
+    const bool pa = a->prompt_done < a->req.prompt.size(), pb = b->prompt_done < b->req.prompt.size();
+    return pa != pb ? pb : a->id < b->id;
+  });
+  int64_t budget = opts_.max_step_tokens > 0 ? opts_.max_step_tokens : int64_t{opts_.prefill_chunk} + opts_.max_seqs;
+  std::vector<StepItem> items;
+  std::vector<Slot*> stepped;
+  int64_t prefill_rows = 0, decode_rows = 0;
+  for (Slot* s : live) {
+    const size_t left = s->req.prompt.size() - s->prompt_done;
+    const int64_t room = prefill_rows == 0 ? std::max<int64_t>(budget, 1) : budget;
+    const int64_t n = left == 0 ? 1 : std::min<int64_t>({opts_.prefill_chunk, static_cast<int64_t>(left), room});
+    if (n <= 0) break;  // (only prompt chunks run out of budget: decoders come first)
+    const int32_t* tokens = left == 0 ? &s->last : s->req.prompt.data() + s->prompt_done;
+    items.push_back(StepItem{s->seq.get(), tokens, n, s->logits.data(), false});
+    stepped.push_back(s);
+    (left == 0 ? decode_rows : prefill_rows) += n;
+    budget -= n;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    engine_.step_batch(items);
+  } catch (const std::exception& e) {
+    // A failure inside the step leaves every sequence of the batch half-advanced: all of them end.
+    for (Slot* s : stepped) {
+      log_warn("request ", s->id, " failed: ", e.what());
+      finish(*s, FinishReason::Error, e.what());
+    }
+    return;
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    // A mixed step's time is shared out by rows.
+    const double rows = static_cast<double>(prefill_rows + decode_rows);
+    stats_.prefill_seconds += secs * static_cast<double>(prefill_rows) / rows;
+    stats_.decode_seconds += secs * static_cast<double>(decode_rows) / rows;
+    stats_.prefill_tokens += prefill_rows;
+    stats_.decode_tokens += decode_rows;
+    size_t bytes = 0;
+    for (const auto& o : slots_)
+      if (o->busy)
+        for (const auto& st : o->seq->shards) bytes += st->bytes();
+    stats_.state_bytes = bytes;
+  }
+  for (size_t i = 0; i < stepped.size(); ++i) {
+    Slot& s = *stepped[i];
+    if (s.prompt_done < s.req.prompt.size()) {
+      s.prompt_done += static_cast<size_t>(items[i].n);
+      if (s.prompt_done < s.req.prompt.size()) continue;  // more prompt chunks to go
     }
     try {
-      const auto t0 = std::chrono::steady_clock::now();
-      const bool prefill = s.prompt_done < s.req.prompt.size();
-      if (s.req.test_fail_after >= 0 && s.generated >= s.req.test_fail_after)
-        throw Error(cat("engine failure forced by a test hook after ", s.generated, " tokens"));
-      int64_t n = 1;
-      if (prefill) {
-        n = std::min<int64_t>(opts_.prefill_chunk, static_cast<int64_t>(s.req.prompt.size() - s.prompt_done));
-        engine_.step(*s.seq, s.req.prompt.data() + s.prompt_done, n, s.logits.data(), false);
-        s.prompt_done += static_cast<size_t>(n);
-      } else {
-        engine_.step(*s.seq, &s.last, 1, s.logits.data(), false);
-      }
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        (prefill ? stats_.prefill_seconds : stats_.decode_seconds) += secs;
-        (prefill ? stats_.prefill_tokens : stats_.decode_tokens) += n;
-        size_t bytes = 0;
-        for (const auto& o : slots_)
-          if (o->busy)
-            for (const auto& st : o->seq->shards) bytes += st->bytes();
-        stats_.state_bytes = bytes;
-      }
-      if (s.prompt_done < s.req.prompt.size()) continue;  // more prompt chunks to go
       SampleResult r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size);
       if (s.req.forced_token) {
         r.token = s.req.forced_token(s.generated);
@@ -213,11 +258,11 @@ void Scheduler::step_once() {
       }
       const bool go_on = !s.req.on_token || s.req.on_token(r);
       const bool is_stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), r.token) != s.req.stop_tokens.end();
-      if (!go_on || is_stop) finish(FinishReason::Stop, "");
-      else if (s.generated >= s.req.max_tokens) finish(FinishReason::Length, "");
+      if (!go_on || is_stop) finish(s, FinishReason::Stop, "");
+      else if (s.generated >= s.req.max_tokens) finish(s, FinishReason::Length, "");
     } catch (const std::exception& e) {
       log_warn("request ", s.id, " failed: ", e.what());
-      finish(FinishReason::Error, e.what());
+      finish(s, FinishReason::Error, e.what());
     }
   }
 }

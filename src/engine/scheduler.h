@@ -1,6 +1,7 @@
-// Continuous batching over an Engine: up to max_seqs sequences in flight; each step gives
-// every decoding sequence one token and every prefilling one a chunk of at most
-// prefill_chunk tokens, so a long prompt never stalls the others. Sequence slots are reset
+// Continuous batching over an Engine: up to max_seqs sequences in flight; each step is one
+// Engine::step_batch that gives every decoding sequence one token and the prefilling ones
+// chunks of at most prefill_chunk tokens (within max_step_tokens rows), so a long prompt never
+// stalls the others and the weights are streamed once per step, not once per sequence. Sequence slots are reset
 // (zeroed) before reuse. Requests talk to the scheduler through callbacks, called on the
 // scheduler thread; a callback returning false (or cancel()) ends the request within one step.
 #pragma once
@@ -45,6 +46,10 @@ struct SchedulerOptions {
   int max_seqs = 4;
   int prefill_chunk = 256;
   int64_t ctx_size = 4096;          // prompt + max_tokens must fit
+  // Rows (tokens) of one batched engine step over all slots; 0: prefill_chunk + max_seqs, so
+  // every decoder gets its token and prompt chunks share the rest. (Last: callers brace-init
+  // the fields above.)
+  int64_t max_step_tokens = 0;
 };
 
 struct SchedulerStats {
@@ -74,6 +79,7 @@ class Scheduler {
   struct Slot;
   void loop();
   void step_once();
+  void finish(Slot& s, FinishReason r, const std::string& err);  // ends the request, frees the slot
 
   Engine& engine_;
   SchedulerOptions opts_;

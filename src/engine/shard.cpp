@@ -33,10 +33,31 @@ std::unique_ptr<SequenceState> Shard::new_sequence() const {
   return s;
 }
 
-void Shard::check_tokens(const int32_t* tokens, int64_t n, int64_t p0) const {
+// The rows of one forward_batch call. Sequence i owns rows [offset[i], offset[i] + n_i) of
+// every activation; its first position is p0[i].
+struct Shard::Batch {
+  std::span<const SeqRows> seqs;
+  std::vector<int64_t> offset, p0;
+  std::vector<int64_t> pos;     // the position of every row (RoPE)
+  std::vector<int32_t> tokens;  // the token of every row (hash routing)
+  int64_t n = 0;                // rows
+  LayerState& layer(size_t i, int index) const { return seqs[i].state->layers[static_cast<size_t>(index)]; }
+};
+
+std::string batch_label(size_t i, size_t count) {
+  return count == 1 ? std::string() : cat("sequence #", i, " of the batch: ");
+}
+
+void Shard::check_tokens(const int32_t* tokens, int64_t n, int64_t p0, const std::string& what) const {
   for (int64_t t = 0; t < n; ++t)
-    HS_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, "token id ", tokens[t], " at position ", p0 + t,
+    HS_CHECK(tokens[t] >= 0 && tokens[t] < config_.vocab_size, what, "token id ", tokens[t], " at position ", p0 + t,
              " is outside the vocabulary [0, ", config_.vocab_size, ")");
+}
+
+void Shard::check_state(const SequenceState& seq, const std::string& what) const {
+  HS_CHECK(seq.layer_begin == w_.begin && static_cast<int>(seq.layers.size()) == w_.end - w_.begin, what,
+           "sequence state was made for layers starting at ", seq.layer_begin, " (", seq.layers.size(),
+           " layers), not for this shard [", w_.begin, ", ", w_.end, ")");
 }
 
 void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
@@ -48,12 +69,13 @@ void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
 
 // Attention sub-layer (ds4-model-spec.md §5). Under model numerics the comments' BF16/FP8
 // points follow the precision map of §9; under reference numerics everything stays f32.
-void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, int64_t n, int64_t p0, float* y) {
+// Every projection runs once over the batch's rows; the compressors, the indexer's top-k,
+// attention and the ring run per sequence on its rows (they read and write its state).
+void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, float* y) {
   const ModelConfig& c = config_;
-  const int64_t H = c.n_heads, hd = c.head_dim, D = c.dim;
+  const int64_t n = b.n, H = c.n_heads, hd = c.head_dim, D = c.dim;
   const RopeTable& rope = c.ratio(L.layer) == 0 ? rope_main_ : rope_compress_;
-  std::vector<int64_t> pos(static_cast<size_t>(n));
-  std::iota(pos.begin(), pos.end(), p0);
+  const int64_t* pos = b.pos.data();
   // FP8 linears quantise their input; the BF16/F32 ones (compressor, indexer weights) do not.
   const float* x = x_in;
   if (model()) {
@@ -79,7 +101,7 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, 
   ops_.matmul(L.wq_b, cq_in, n, q);
   bf16(q, n * H * hd);
   ops_.rmsnorm_unweighted(q, n * H, hd, c.norm_eps);
-  ops_.rope(q, n, H, hd, rope, pos.data(), +1);
+  ops_.rope(q, n, H, hd, rope, pos, +1);
   bf16(q, n * H * hd);
   // The single shared K = V row of each token.
   float* kv = ops_.alloc(n * hd);
@@ -87,43 +109,55 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, 
   bf16(kv, n * hd);
   ops_.rmsnorm(kv, L.kv_norm, n, c.norm_eps, kv);
   bf16(kv, n * hd);
-  ops_.rope(kv, n, 1, hd, rope, pos.data(), +1);
+  ops_.rope(kv, n, 1, hd, rope, pos, +1);
   if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c.rope_dim);
 
+  // The compressors' projections, and the indexer's queries and head weights.
+  const int64_t width = L.comp.coff * hd, ID = c.index_head_dim, IH = c.index_n_heads, K = c.index_topk;
+  float *a = nullptr, *g = nullptr, *ia = nullptr, *ig = nullptr, *iq = nullptr, *iw = nullptr;
   int32_t* selected = nullptr;
   if (L.has_compressor) {
-    const int64_t width = L.comp.coff * hd;
-    float* a = ops_.alloc(n * width);
-    float* g = ops_.alloc(n * width);
+    a = ops_.alloc(n * width);
+    g = ops_.alloc(n * width);
     ops_.matmul(L.comp.wkv, x_in, n, a);
     ops_.matmul(L.comp.wgate, x_in, n, g);
-    ops_.compressor_update(st.comp, L.comp, a, g, n, c.norm_eps, rope, numerics_, EntryQat::Fp8Kv);
-    if (L.has_indexer) {
-      const int64_t ID = c.index_head_dim, IH = c.index_n_heads;
-      float* ia = ops_.alloc(n * 2 * ID);
-      float* ig = ops_.alloc(n * 2 * ID);
-      ops_.matmul(L.idx_comp.wkv, x_in, n, ia);
-      ops_.matmul(L.idx_comp.wgate, x_in, n, ig);
-      ops_.compressor_update(st.index, L.idx_comp, ia, ig, n, c.norm_eps, rope, numerics_, EntryQat::IndexerFp4);
-      float* iq = ops_.alloc(n * IH * ID);
-      ops_.matmul(L.idx_wq_b, cq_in, n, iq);
-      bf16(iq, n * IH * ID);
-      ops_.rope(iq, n, IH, ID, rope, pos.data(), +1);
-      if (model()) ops_.indexer_fp4_sim(iq, n * IH, ID);
-      float* iw = ops_.alloc(n * IH);
-      ops_.matmul(L.idx_proj, x_in, n, iw);
-      bf16(iw, n * IH);
-      ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
-      selected = reinterpret_cast<int32_t*>(ops_.alloc(n * c.index_topk));
-      ops_.indexer_topk(iq, iw, n, static_cast<int>(IH), ID, st.index, p0, c.csa_ratio, c.index_topk, selected);
-    }
+  }
+  if (L.has_indexer) {
+    ia = ops_.alloc(n * 2 * ID);
+    ig = ops_.alloc(n * 2 * ID);
+    ops_.matmul(L.idx_comp.wkv, x_in, n, ia);
+    ops_.matmul(L.idx_comp.wgate, x_in, n, ig);
+    iq = ops_.alloc(n * IH * ID);
+    ops_.matmul(L.idx_wq_b, cq_in, n, iq);
+    bf16(iq, n * IH * ID);
+    ops_.rope(iq, n, IH, ID, rope, pos, +1);
+    if (model()) ops_.indexer_fp4_sim(iq, n * IH, ID);
+    iw = ops_.alloc(n * IH);
+    ops_.matmul(L.idx_proj, x_in, n, iw);
+    bf16(iw, n * IH);
+    ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
+    selected = reinterpret_cast<int32_t*>(ops_.alloc(n * K));
   }
   float* o = ops_.alloc(n * H * hd);
-  ops_.attention(q, n, c, st, kv, p0, L.has_compressor ? &st.comp : nullptr, selected, c.index_topk, L.sinks, o);
-  ops_.ring_store(st, kv, n, p0, c.window, hd);
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    LayerState& st = b.layer(i, L.layer - w_.begin);
+    const int64_t r0 = b.offset[i], m = b.seqs[i].n, p0 = b.p0[i];
+    if (L.has_compressor)
+      ops_.compressor_update(st.comp, L.comp, a + r0 * width, g + r0 * width, m, c.norm_eps, rope, numerics_,
+                             EntryQat::Fp8Kv);
+    if (L.has_indexer) {
+      ops_.compressor_update(st.index, L.idx_comp, ia + r0 * 2 * ID, ig + r0 * 2 * ID, m, c.norm_eps, rope,
+                             numerics_, EntryQat::IndexerFp4);
+      ops_.indexer_topk(iq + r0 * IH * ID, iw + r0 * IH, m, static_cast<int>(IH), ID, st.index, p0, c.csa_ratio,
+                        static_cast<int>(K), selected + r0 * K);
+    }
+    ops_.attention(q + r0 * H * hd, m, c, st, kv + r0 * hd, p0, L.has_compressor ? &st.comp : nullptr,
+                   selected ? selected + r0 * K : nullptr, static_cast<int>(K), L.sinks, o + r0 * H * hd);
+    ops_.ring_store(st, kv + r0 * hd, m, p0, c.window, hd);
+  }
   bf16(o, n * H * hd);
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
-  ops_.rope(o, n, H, hd, rope, pos.data(), -1);
+  ops_.rope(o, n, H, hd, rope, pos, -1);
   bf16(o, n * H * hd);
   float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
   ops_.grouped_matmul(L.wo_a, c.o_groups, o, n, r);
@@ -133,17 +167,32 @@ void Shard::attention(const LayerWeights& L, LayerState& st, const float* x_in, 
   bf16(y, n * D);
 }
 
-void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X) {
-  HS_CHECK(seq.layer_begin == w_.begin && static_cast<int>(seq.layers.size()) == w_.end - w_.begin,
-           "sequence state was made for layers starting at ", seq.layer_begin, " (", seq.layers.size(),
-           " layers), not for this shard [", w_.begin, ", ", w_.end, ")");
+void Shard::forward_batch(std::span<const SeqRows> seqs, float* X) {
+  HS_CHECK(!seqs.empty(), "shard [", w_.begin, ", ", w_.end, "): a batch needs at least one sequence");
+  // Everything is checked before any state changes, so a refused batch leaves every sequence as it was.
+  Batch b;
+  b.seqs = seqs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SeqRows& s = seqs[i];
+    const std::string what = batch_label(i, seqs.size());
+    HS_CHECK(s.state != nullptr, what, "no sequence state given");
+    check_state(*s.state, what);
+    HS_CHECK(s.n >= 1, what, "shard [", w_.begin, ", ", w_.end, "): ", s.n,
+             " tokens given, a sequence of a batch needs at least one");
+    for (size_t j = 0; j < i; ++j)
+      HS_CHECK(seqs[j].state != s.state, "sequence #", j, " and #", i,
+               " of the batch are the same sequence: each may appear once per step");
+    check_tokens(s.tokens, s.n, s.state->n_past, what);
+    b.offset.push_back(b.n);
+    b.p0.push_back(s.state->n_past);
+    for (int64_t t = 0; t < s.n; ++t) b.pos.push_back(s.state->n_past + t);
+    b.tokens.insert(b.tokens.end(), s.tokens, s.tokens + s.n);
+    b.n += s.n;
+  }
   const ModelConfig& c = config_;
-  const int64_t D = c.dim, hc = c.hc_mult;
-  const int64_t p0 = seq.n_past;
-  check_tokens(tokens, n, p0);
+  const int64_t D = c.dim, hc = c.hc_mult, n = b.n;
   const size_t mark = ops_.mark();
   for (const auto& L : w_.layers) {
-    LayerState& st = seq.layers[static_cast<size_t>(L.layer - w_.begin)];
     if (observer_) observer_(L.layer, X, n);
     float* u = ops_.alloc(n * D);
     float* post = ops_.alloc(n * hc);
@@ -154,29 +203,41 @@ void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float*
     bf16(u, n * D);
     ops_.rmsnorm(u, L.attn_norm, n, c.norm_eps, xn);
     bf16(xn, n * D);
-    attention(L, st, xn, n, p0, y);
+    attention(L, b, xn, y);
     ops_.hc_post(y, post, comb, n, c, X);
     bf16(X, n * hc * D);
     ops_.hc_pre(L.hc_ffn, c, X, n, u, post, comb);
     bf16(u, n * D);
     ops_.rmsnorm(u, L.ffn_norm, n, c.norm_eps, xn);
     bf16(xn, n * D);
-    ops_.moe(L, c, xn, tokens, n, numerics_, y);
+    ops_.moe(L, c, xn, b.tokens.data(), n, numerics_, y);
     ops_.hc_post(y, post, comb, n, c, X);
     bf16(X, n * hc * D);
     ops_.release_to(mark);
   }
-  seq.n_past += n;
+  for (const SeqRows& s : seqs) s.state->n_past += s.n;
 }
 
-void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, const HcState& X) {
+void Shard::forward_batch(std::span<const SeqRows> seqs, const HcState& X) {
   const int64_t width = config_.hc_mult * config_.dim;
+  int64_t n = 0;
+  for (const SeqRows& s : seqs) n += s.n;
   HS_CHECK(X.data != nullptr, "shard [", w_.begin, ", ", w_.end, "): no HC state was handed over");
   HS_CHECK(X.backend == &ops_, "shard [", w_.begin, ", ", w_.end, "): the HC state lives on backend ",
            X.backend ? X.backend->name() : "?", ", not on this shard's ", ops_.name(), " backend");
   HS_CHECK(X.n_tokens == n && X.width == width, "shard [", w_.begin, ", ", w_.end, "): HC state of ", X.n_tokens,
            " x ", X.width, " floats handed over, expected ", n, " x ", width, " (n_tokens x hc*D)");
-  forward(seq, tokens, n, X.data);
+  forward_batch(seqs, X.data);
+}
+
+void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X) {
+  const SeqRows one{&seq, tokens, n};
+  forward_batch({&one, 1}, X);
+}
+
+void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, const HcState& X) {
+  const SeqRows one{&seq, tokens, n};
+  forward_batch({&one, 1}, X);
 }
 
 int64_t Shard::weight_bytes_per_token() const {

@@ -4,6 +4,8 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "engine/ops.h"
@@ -23,6 +25,19 @@ struct HcState {
   const Ops* backend = nullptr;
 };
 
+// One sequence's rows in a batched pass over a shard: its state on this shard, its tokens
+// (they drive the hash-routed layers), and how many rows it has (1 decoding, k for a prefill
+// chunk). A batch's rows are the sequences' rows concatenated in this order.
+struct SeqRows {
+  SequenceState* state = nullptr;
+  const int32_t* tokens = nullptr;
+  int64_t n = 0;
+};
+
+// How errors name member i of a batch of `count`: "" for a batch of one (the single-sequence
+// calls), else "sequence #i of the batch: ".
+std::string batch_label(size_t i, size_t count);
+
 class Shard {
  public:
   Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics = Numerics::Reference);
@@ -37,11 +52,22 @@ class Shard {
 
   // X [n, hc, D] = the embedding of tokens copied into every stream (shard 0 only).
   void embed(const int32_t* tokens, int64_t n, float* X);
-  // Runs this shard's layers over n tokens at positions seq.n_past.., updating X in place and
-  // the sequence state; advances seq.n_past. tokens drive the hash-routed layers.
-  void forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X);
+  // Runs this shard's layers over several sequences at once: X [sum n, hc, D] holds their rows
+  // concatenated. Row-wise work (HC, norms, every matmul, RoPE, MoE) runs once over all rows;
+  // what reads or writes a sequence's state (compressors, indexer top-k, attention, the ring)
+  // runs per sequence on its slice, at its own positions n_past... Every sequence's n_past
+  // advances by its n. Everything is checked before any state changes; a sequence may appear
+  // only once.
+  void forward_batch(std::span<const SeqRows> seqs, float* X);
   // The same, checking the handed-over state first (the pipeline's entry point).
+  void forward_batch(std::span<const SeqRows> seqs, const HcState& X);
+  // A batch of one sequence (n tokens at positions seq.n_past..).
+  void forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X);
   void forward(SequenceState& seq, const int32_t* tokens, int64_t n, const HcState& X);
+  // Throws unless `seq` was made for this shard's layers / unless every id is inside the
+  // vocabulary (p0: the first token's position); `what` prefixes the error (batch_label).
+  void check_state(const SequenceState& seq, const std::string& what = "") const;
+  void check_tokens(const int32_t* tokens, int64_t n, int64_t p0, const std::string& what = "") const;
   Ops& ops() const { return ops_; }
   // Called with the HC state entering each layer (for bisecting against reference dumps).
   using LayerObserver = std::function<void(int layer, const float* X, int64_t n)>;
@@ -53,8 +79,9 @@ class Shard {
   void logits(const float* X, int64_t n, float* out);
 
  private:
-  void attention(const LayerWeights& L, LayerState& st, const float* x, int64_t n, int64_t p0, float* y);
-  void check_tokens(const int32_t* tokens, int64_t n, int64_t p0) const;  // ids inside the vocabulary
+  struct Batch;  // the rows of a forward_batch call: per-sequence offsets, positions, tokens
+  void attention(const LayerWeights& L, const Batch& b, const float* x, float* y);
+
   bool model() const { return numerics_ == Numerics::Model; }
   void bf16(float* x, int64_t n) { if (model()) ops_.round_bf16(x, n); }
   void act_quant(float* x, int64_t rows, int64_t cols) { if (model()) ops_.act_quant_fp8(x, rows, cols); }
