@@ -2,6 +2,7 @@
 // thing handed over, and the result equals the unsplit run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "fixture_util.h"
@@ -106,6 +107,11 @@ TEST(Pipeline, OptionErrors) {
   Engine even(dir, on({"cpu", "cpu", "cpu", "cpu"}));  // default: an even split
   EXPECT_EQ(even.n_shards(), 4);
   EXPECT_EQ(even.shard(0).layer_end() - even.shard(0).layer_begin(), 1);
+  EngineOptions bad_peer = on({"cpu", "cpu"});
+  bad_peer.peer_access = "maybe";
+  EXPECT_THROW(Engine(dir, bad_peer), Error);
+  bad_peer.peer_access = "on";  // no GPU pair to check: nothing to refuse
+  EXPECT_NO_THROW(Engine(dir, bad_peer));
 }
 
 // GPU splits (skipped without enough GPUs): the same model over cuda:0,cuda:1, a virtual split
@@ -164,15 +170,30 @@ TEST(PipelineGpu, SplitsEqualOneDevice) {
     cases.push_back({"cuda:0", "cuda:1", "cuda:0"});
   }
   for (const auto& devs : cases) {
-    Engine sh(dir, on(devs));
-    for (const auto& sp : test::splits_for(e)) {
-      std::vector<float> a = test::run(sh, e, sp.chunks), b = test::run(one, e, sp.chunks);
-      const double rel = test::rel_l2(a.data(), b.data(), a.size());
-      std::string name;
-      for (const auto& d : devs) name += (name.empty() ? "" : ",") + d;
-      std::printf("[pipeline-gpu] %-22s %-10s rel_l2 vs cuda:0 %.3e\n", name.c_str(), sp.name.c_str(), rel);
-      EXPECT_LE(rel, 1e-6) << name << " " << sp.name;
-      EXPECT_EQ(test::argmax_mismatches(a, b, e.vocab), 0) << name << " " << sp.name;
+    // Two GPUs: every way of handing the state over (--peer-access); "on" is refused where the
+    // pair has no peer access.
+    const bool pair = std::find(devs.begin(), devs.end(), "cuda:1") != devs.end();
+    for (const std::string peer : {"auto", "off", "on"}) {
+      if (!pair && peer != "auto") continue;
+      EngineOptions o = on(devs);
+      o.peer_access = peer;
+#ifdef HS_HAVE_CUDA
+      if (peer == "on" && !(cuda::can_access_peer(0, 1) && cuda::can_access_peer(1, 0))) {
+        EXPECT_THROW(Engine(dir, o), Error);
+        continue;
+      }
+#endif
+      Engine sh(dir, o);
+      for (const auto& sp : test::splits_for(e)) {
+        std::vector<float> a = test::run(sh, e, sp.chunks), b = test::run(one, e, sp.chunks);
+        const double rel = test::rel_l2(a.data(), b.data(), a.size());
+        std::string name;
+        for (const auto& d : devs) name += (name.empty() ? "" : ",") + d;
+        if (pair) name += " peer " + peer;
+        std::printf("[pipeline-gpu] %-22s %-10s rel_l2 vs cuda:0 %.3e\n", name.c_str(), sp.name.c_str(), rel);
+        EXPECT_LE(rel, 1e-6) << name << " " << sp.name;
+        EXPECT_EQ(test::argmax_mismatches(a, b, e.vocab), 0) << name << " " << sp.name;
+      }
     }
   }
   if (gpus < 2) GTEST_SKIP() << "one GPU: cuda:0,cuda:1 cases not run";

@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <cstring>
 #include <utility>
 
 namespace hs::cuda {
@@ -107,6 +108,11 @@ DeviceContext::~DeviceContext() {
   if (cublas_) cublasDestroy(cublas_);
   scratch_.reset();
   cublas_workspace_.reset();
+  if (upload_ring_) {
+    for (auto& e : upload_events_) (void)cudaEventDestroy(e);
+    (void)cudaFreeHost(upload_ring_);
+  }
+
   (void)cudaStreamDestroy(stream_);
   if (have_prev) (void)cudaSetDevice(prev);
 }
@@ -123,10 +129,73 @@ void DeviceContext::synchronize() const {
 
 DeviceBuffer DeviceContext::alloc(size_t bytes) const { return DeviceBuffer(device_, bytes); }
 
-void DeviceContext::upload(void* dst, const void* src, size_t bytes) const {
+void DeviceContext::upload(void* dst, const void* src, size_t bytes) {
   DeviceGuard g(device_);
-  HS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-  HS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable source: keep it simple and safe
+  if (bytes == 0) return;
+  if (bytes > kUploadSegment) {
+    HS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    HS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable source: the caller may free it on return
+    return;
+  }
+  std::lock_guard<std::mutex> lk(upload_mu_);
+  if (!upload_ring_) {
+    HS_CUDA_CHECK(cudaHostAlloc(&upload_ring_, kUploadSegment * kUploadSegments, cudaHostAllocPortable));
+    for (auto& e : upload_events_) HS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  size_t seg = upload_head_ / kUploadSegment;
+  if (upload_head_ % kUploadSegment + bytes > kUploadSegment) {  // does not fit: take the next segment
+    HS_CUDA_CHECK(cudaEventRecord(upload_events_[seg], stream_));  // copies out of `seg` end here
+    seg = (seg + 1) % kUploadSegments;
+    upload_head_ = seg * kUploadSegment;
+    // Its last copies were queued one lap ago; normally long done.
+    HS_CUDA_CHECK(cudaEventSynchronize(upload_events_[seg]));
+  }
+  char* slot = static_cast<char*>(upload_ring_) + upload_head_;
+  std::memcpy(slot, src, bytes);
+  HS_CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_));
+  upload_head_ += (bytes + 255) & ~size_t{255};
+}
+
+cudaEvent_t DeviceContext::send(DeviceContext& dst, void* dst_ptr, const void* src, size_t bytes) {
+  DeviceGuard g(device_);
+  // Queued after the work that produced `src`. With peer access on this is a direct NVLink/P2P
+  // copy; without it the driver stages it through its own pinned host buffers.
+  HS_CUDA_CHECK(cudaMemcpyPeerAsync(dst_ptr, dst.device_, src, device_, bytes, stream_));
+  cudaEvent_t sent = nullptr;
+  HS_CUDA_CHECK(cudaEventCreateWithFlags(&sent, cudaEventDisableTiming));
+  const cudaError_t err = cudaEventRecord(sent, stream_);
+  if (err != cudaSuccess) {
+    (void)cudaEventDestroy(sent);
+    HS_CUDA_CHECK(err);
+  }
+  return sent;
+}
+
+void DeviceContext::accept(cudaEvent_t sent) {
+  DeviceGuard g(device_);
+  const cudaError_t err = cudaStreamWaitEvent(stream_, sent, 0);
+  (void)cudaEventDestroy(sent);  // released by the driver once the wait is satisfied
+  HS_CUDA_CHECK(err);
+}
+
+bool can_access_peer(int from, int to) {
+  if (from == to) return true;
+  int ok = 0;
+  HS_CUDA_CHECK(cudaDeviceCanAccessPeer(&ok, from, to));
+  return ok != 0;
+}
+
+bool enable_peer_access(int from, int to) {
+  if (from == to) return true;
+  if (!can_access_peer(from, to)) return false;
+  DeviceGuard g(from);
+  const cudaError_t err = cudaDeviceEnablePeerAccess(to, 0);
+  if (err == cudaErrorPeerAccessAlreadyEnabled) {
+    (void)cudaGetLastError();  // not an error here: someone (another engine) did it already
+    return true;
+  }
+  HS_CUDA_CHECK(err);
+  return true;
 }
 
 void DeviceContext::download(void* dst, const void* src, size_t bytes) const {

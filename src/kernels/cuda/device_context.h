@@ -107,9 +107,21 @@ class DeviceContext {
   // Allocation and copies on this device and stream (copies are stream-ordered; the
   // *_sync variants wait for the stream).
   DeviceBuffer alloc(size_t bytes) const;
-  void upload(void* dst, const void* src, size_t bytes) const;
+  // Host to device. Copies of up to kUploadSegment bytes go through a pinned ring this context
+  // owns and do not wait (the caller may reuse `src` at once: per-step token ids and positions
+  // no longer stall the host); larger ones wait for the stream.
+  void upload(void* dst, const void* src, size_t bytes);
+  static constexpr size_t kUploadSegment = size_t{512} << 10;
   void download(void* dst, const void* src, size_t bytes) const;
-  void copy(void* dst, const void* src, size_t bytes) const;  // device to device
+  // Hands `bytes` of this device's memory to dst_ptr on another device (the HC state between
+  // shards) in two halves, so that each stream is only fed by the thread that drives it:
+  // send() queues the copy on this stream after the work that made `src` and returns the event
+  // that marks its end; dst.accept(event) makes dst's later work wait for it (and releases it).
+  // The host waits for neither. The copy is direct where peer access is on (enable_peer_access),
+  // else the driver stages it through pinned host memory.
+  cudaEvent_t send(DeviceContext& dst, void* dst_ptr, const void* src, size_t bytes);
+  void accept(cudaEvent_t sent);
+  void copy(void* dst, const void* src, size_t bytes) const;  // device to device, same device
   void fill_bytes(void* dst, int value, size_t bytes) const;
 
   // Scratch arena. A lease gives exclusive use of at least `bytes` until it is destroyed;
@@ -164,9 +176,22 @@ class DeviceContext {
   std::thread::id scratch_owner_{};
   DeviceBuffer scratch_;
 
+  // The pinned upload ring (allocated on the first small upload): kUploadSegments segments,
+  // each with the event recorded when the ring last moved past it (reuse waits for it).
+  static constexpr size_t kUploadSegments = 8;
+  std::mutex upload_mu_;
+  void* upload_ring_ = nullptr;
+  cudaEvent_t upload_events_[kUploadSegments] = {};
+  size_t upload_head_ = 0;
   std::mutex attr_mu_;
   std::map<const void*, size_t> smem_set_;
   std::map<std::pair<const void*, std::pair<int, size_t>>, int> occupancy_;
 };
+
+// Whether kernels and copies on `from` can reach `to`'s memory directly (NVLink / PCIe P2P).
+bool can_access_peer(int from, int to);
+// Turns peer access from `from` to `to` on (a no-op when it already is); false where the
+// hardware cannot. The driver keeps this per process, for the devices' lifetime.
+bool enable_peer_access(int from, int to);
 
 }  // namespace hs::cuda
