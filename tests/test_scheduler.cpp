@@ -6,6 +6,7 @@
 #include <map>
 
 #include "engine/scheduler.h"
+#include "scheduler_util.h"
 #include "util/error.h"
 
 using namespace hs;
@@ -70,36 +71,71 @@ TEST(Sampler, PenaltiesDiscourageRepeats) {
   EXPECT_EQ(s.sample(l.data(), 2).token, 0);
 }
 
+// The filters in cuda::sample's documented order (ops_cuda.h): min-p before top-p, and top-p on
+// the survivors' mass. p = (0.3, 0.1, 0.4, 0.2): min_p 0.6 keeps p >= 0.24 (ids 2, 0; mass
+// 0.7), and top_p 0.5 of that is reached by id 2 alone (top-p first would keep both: 0.4 < 0.5).
+TEST(Sampler, MinPBeforeTopPOnTheSurvivors) {
+  auto l = logits_of({std::log(0.3f), std::log(0.1f), std::log(0.4f), std::log(0.2f)});
+  SamplingParams p;
+  p.seed = 7;
+  p.min_p = 0.6f;
+  p.top_p = 0.5f;
+  Sampler s(p);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(s.sample(l.data(), 4).token, 2);
+  p.top_p = 1.0f;  // min-p alone: ids 2 and 0, 4 : 3
+  Sampler both(p);
+  std::map<int, int> hist;
+  for (int i = 0; i < 2000; ++i) hist[both.sample(l.data(), 4).token]++;
+  EXPECT_EQ(hist[1] + hist[3], 0);
+  EXPECT_NEAR(hist[2] / 2000.0, 4.0 / 7.0, 0.04);
+}
+
+// One uniform number per random token from the request's generator, the same whichever path
+// samples: sample() equals next_uniform() then sample(u) (a device request that fell back) and
+// pick_token (the host twin of cuda::sample); greedy and top_k == 1 draw none.
+TEST(Sampler, OneUniformPerRandomToken) {
+  std::vector<float> l(64);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = 3.0f * std::sin(0.7f * static_cast<float>(i));
+  SamplingParams p;
+  p.seed = 11;
+  p.temperature = 0.8f;
+  p.top_p = 0.9f;
+  p.min_p = 0.01f;
+  Sampler a(p), b(p);
+  std::vector<int32_t> idx;
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 300; ++i) {
+    const float u = b.next_uniform();
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    const int32_t t = a.sample(l.data(), 64).token;
+    EXPECT_EQ(b.sample(l.data(), 64, u).token, t);
+    EXPECT_EQ(pick_token(l.data(), 64, p, u, idx), t);
+    seen[t]++;
+  }
+  EXPECT_GT(seen.size(), 1u);  // (really random)
+  SamplingParams g = p;
+  g.temperature = 0;
+  EXPECT_FALSE(draws_uniform(g));
+  g = p;
+  g.top_k = 1;
+  EXPECT_FALSE(draws_uniform(g));
+  EXPECT_EQ(Sampler(g).next_uniform(), 0.0f);
+  EXPECT_TRUE(draws_uniform(p));
+}
+
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override { engine_ = std::make_unique<Engine>(std::string(HS_TEST_DATA) + "/tiny", EngineOptions{}); }
 
-  struct Outcome {
-    std::vector<int32_t> tokens;
-    FinishReason reason = FinishReason::Error;
-  };
+  using Outcome = test::Outcome;
 
   // Submits a greedy request; the future resolves when it finishes.
   std::future<Outcome> go(Scheduler& s, std::vector<int32_t> prompt, int max_tokens, std::vector<int32_t> stops = {},
                           int64_t fail_after = -1) {
-    auto prom = std::make_shared<std::promise<Outcome>>();
-    auto out = std::make_shared<Outcome>();
-    GenerationRequest r;
-    r.prompt = std::move(prompt);
-    r.max_tokens = max_tokens;
-    r.sampling.temperature = 0;
-    r.stop_tokens = std::move(stops);
-    r.test_fail_after = fail_after;
-    r.on_token = [out](const SampleResult& x) {
-      out->tokens.push_back(x.token);
-      return true;
-    };
-    r.on_done = [out, prom](FinishReason f, const std::string&) {
-      out->reason = f;
-      prom->set_value(*out);
-    };
-    s.submit(std::move(r));
-    return prom->get_future();
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    return test::generate(s, std::move(prompt), max_tokens, greedy, std::move(stops), fail_after);
   }
 
   // `count` prompts, prompt i of first + grow * i tokens (a pattern seeded by `seed`).
@@ -260,6 +296,65 @@ TEST_F(SchedulerTest, BatchedPipelinedStepsEqualSoloRuns) {
   EXPECT_EQ(st.decode_tokens, 6 * 9 + 3);
   EXPECT_GT(st.prefill_seconds, 0.0);
   EXPECT_GT(st.decode_seconds, 0.0);
+}
+
+// StepItem::sample on a backend without a sampler (the CPU): sampled = false and the logits
+// are written as without the request. Requests the engine cannot serve are refused up front
+// (nothing advances): no logits buffer to fall back to, all_positions, bad parameters.
+TEST_F(SchedulerTest, DeviceSamplingFallsBackOnTheCpu) {
+  ASSERT_FALSE(engine_->can_sample());
+  const size_t V = static_cast<size_t>(engine_->config().vocab_size);
+  const std::vector<int32_t> prompt = {1, 2, 3, 4};
+  auto a = engine_->new_sequence(), b = engine_->new_sequence();
+  std::vector<float> la(V), lb(V);
+  engine_->step(*a, prompt.data(), 4, la.data(), false);
+  StepSample req{{0.7f, 0, 0.9f, 0.0f, 0.5f}, true, 123};
+  const StepItem item{b.get(), prompt.data(), 4, lb.data(), false, &req};
+  engine_->step_batch({&item, 1});
+  EXPECT_FALSE(req.sampled);
+  EXPECT_EQ(la, lb);
+  StepItem bad = item;
+  bad.logits = nullptr;
+  EXPECT_THROW(engine_->step_batch({&bad, 1}), Error);
+  bad = item;
+  bad.all_positions = true;
+  EXPECT_THROW(engine_->step_batch({&bad, 1}), Error);
+  StepSample wrong = req;
+  wrong.spec.top_p = 0.0f;
+  bad = item;
+  bad.sample = &wrong;
+  EXPECT_THROW(engine_->step_batch({&bad, 1}), Error);
+  EXPECT_EQ(b->n_past(), 4);
+}
+
+// Seeded sampling through the scheduler: batched with device sampling asked for (the default;
+// the CPU engine falls back to the host for every token) equals each request alone with it
+// off, token for token: the request's own generator decides, one draw per token either way.
+TEST_F(SchedulerTest, SeededSamplingFallsBackToTheSameTokens) {
+  const std::vector<std::vector<int32_t>> prompts = prompts_of(5, 3, 5, 17);
+  std::vector<SamplingParams> params(prompts.size());
+  params[0].temperature = 0.8f;
+  params[1].top_k = 20;
+  params[1].top_p = 0.9f;
+  params[1].temperature = 1.2f;
+  params[2].min_p = 0.05f;
+  params[2].top_p = 0.95f;
+  params[3].temperature = 0;
+  params[4].presence_penalty = 0.5f;  // (always on the host)
+  for (size_t i = 0; i < params.size(); ++i) params[i].seed = 100 + i;
+  auto run = [&](bool device, int max_seqs) {
+    SchedulerStats st;
+    const auto out = test::run_all(*engine_, {.max_seqs = max_seqs, .prefill_chunk = 4, .device_sampling = device},
+                                   prompts, 10, params, &st);
+    EXPECT_EQ(st.device_sampled_tokens, 0);
+    EXPECT_EQ(st.generated_tokens_total, 50);
+    return out;
+  };
+  const std::vector<test::Outcome> on = run(true, 3), off = run(false, 1);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(on[i].tokens, off[i].tokens) << "request " << i;
+    EXPECT_EQ(on[i].tokens.size(), 10u) << "request " << i;
+  }
 }
 
 TEST_F(SchedulerTest, ForcedTokensAndShutdown) {

@@ -29,6 +29,8 @@ std::vector<OptionSpec> model_option_specs() {
       {"chat-variant", true, "reasoning-effort table: v4 or v4-0731 (default: v4-0731 when the name has 0731)", "V"},
       {"ctx-size", true, "tokens per sequence, prompt + output (default: the model's, at most 4096)", "N"},
       {"prefill-chunk", true, "prompt tokens per sequence per step (default 256)", "N"},
+      {"device-sampling", true, "on (default): sample on the GPU where the request allows it (no penalties, no "
+                                "logprobs), downloading only the token ids; off: every token on the host", "on|off"},
   };
   for (auto& o : engine_option_specs("cpu (default) or cuda:N",
                                      "reference (f32) or model (bf16 activations, QAT round trips; default for "
@@ -59,6 +61,9 @@ SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engin
   HS_CHECK(s.ctx_size >= 2, "--ctx-size must be at least 2, got ", s.ctx_size);
   s.max_seqs = static_cast<int>(a.get_int("max-seqs", default_max_seqs));
   s.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 256));
+  const std::string ds = a.get_or("device-sampling", "on");
+  HS_CHECK(ds == "on" || ds == "off", "--device-sampling: expected on or off, got '", ds, "'");
+  s.device_sampling = ds == "on";
   return s;
 }
 
@@ -127,9 +132,9 @@ int cmd_serve(const Args& args) {
   cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
   server::Service service(scheduler, *model.tokenizer, cfg, &metrics);
   srv.set_service(&service);
-  std::fprintf(stderr, "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d\n",
+  std::fprintf(stderr, "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d, sampling on %s\n",
                model.name.c_str(), static_cast<long long>(sched_opts.ctx_size), sched_opts.max_seqs,
-               sched_opts.prefill_chunk);
+               sched_opts.prefill_chunk, sched_opts.device_sampling && model.engine->can_sample() ? "device" : "host");
 
   const int sig = signals.wait(-1);
   std::fprintf(stderr, "hyperstream serve: %s: stopping (running requests get %.0f s; again to cancel them)\n",

@@ -7,6 +7,8 @@
 #endif
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
 #include <numeric>
 #include <sstream>
 #include <utility>
@@ -170,6 +172,8 @@ bool Engine::complete() const {
   return !shards_.empty() && shards_.front()->owns_embedding() && shards_.back()->owns_output();
 }
 
+bool Engine::can_sample() const { return !shards_.empty() && shards_.back()->ops().can_sample(); }
+
 // One micro-batch on its way through the shards: whole items, their rows concatenated.
 struct Engine::Micro {
   std::span<const StepItem> items;
@@ -188,7 +192,15 @@ void Engine::check_items(std::span<const StepItem> items) const {
     HS_CHECK(it.seq->shards.size() == shards_.size(), what, "sequence has ", it.seq->shards.size(),
              " shard states, engine has ", shards_.size(), " shards");
     HS_CHECK(it.n > 0 && it.tokens != nullptr, what, "step needs at least one token");
-    HS_CHECK(it.logits != nullptr, what, "no buffer for the logits given");
+    HS_CHECK(it.logits != nullptr || (it.sample && can_sample()), what, "no buffer for the logits given");
+    if (it.sample) {
+      HS_CHECK(!it.all_positions, what, "device sampling takes the last position only, not all_positions");
+      const DeviceSampling& d = it.sample->spec;
+      HS_CHECK(std::isfinite(d.temperature) && d.top_k >= 0 && d.top_p > 0 && d.top_p <= 1 && d.min_p >= 0 &&
+                   d.min_p <= 1 && d.u >= 0 && d.u < 1,
+               what, "bad device sampling parameters: temperature ", d.temperature, ", top_k ", d.top_k, ", top_p ",
+               d.top_p, ", min_p ", d.min_p, ", u ", d.u);
+    }
     for (size_t s = 0; s < shards_.size(); ++s) {
       shards_[s]->check_state(*it.seq->shards[s], what);
       HS_CHECK(it.seq->shards[s]->n_past == it.seq->n_past(), what, "shard ", s, " of the sequence is at position ",
@@ -228,6 +240,7 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
   std::lock_guard<std::mutex> lk(*ops_locks_[b]);
   const int64_t count = mb.rows * config_.hc_mult * config_.dim;
   const HcState& X = mb.X[s];
+  const auto t0 = std::chrono::steady_clock::now();
   if (s == 0 && embed) {
     std::vector<int32_t> tokens;
     for (const StepItem& it : mb.items) tokens.insert(tokens.end(), it.tokens, it.tokens + it.n);
@@ -248,41 +261,80 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
     }
   }
   if (s + 1 == shards_.size() && logits) write_logits(mb);
+  if (stage_timing_) {
+    ops.synchronize();
+    stage_seconds_[s] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 }
 
+namespace {
+
+using RowRuns = std::vector<std::pair<int64_t, int64_t>>;  // (first row, rows), ascending
+
+void add_row_run(RowRuns& runs, int64_t first, int64_t k) {
+  if (!runs.empty() && runs.back().first + runs.back().second == first) runs.back().second += k;
+  else runs.emplace_back(first, k);
+}
+
+// The rows `runs` of x ([.., per], backend memory) as one block: in place when they are one
+// run, else gathered into new scratch.
+const float* gather_rows(Ops& ops, const float* x, int64_t per, const RowRuns& runs) {
+  if (runs.size() == 1) return x + runs.front().first * per;
+  int64_t total = 0;
+  for (const auto& r : runs) total += r.second;
+  float* g = ops.alloc(total * per);
+  int64_t at = 0;
+  for (const auto& [first, k] : runs) {
+    ops.copy(g + at * per, x + first * per, k * per);
+    at += k;
+  }
+  return g;
+}
+
+}  // namespace
+
 // The logits of every wanted row (all of an all_positions item, else its last) in one pass of
-// the head over those rows, gathered first when they are not one run.
+// the head over those rows, gathered first when they are not one run. Items asking for device
+// sampling (where the backend can) get their token in one Ops::sample over their rows instead
+// of their logits; the others' logits are downloaded.
 void Engine::write_logits(Micro& mb) {
   Shard& last = *shards_.back();
   Ops& ops = last.ops();
   const int64_t per = config_.hc_mult * config_.dim, V = config_.vocab_size;
-  const float* X = mb.X.back().data;
-  std::vector<std::pair<int64_t, int64_t>> runs;  // (first row, rows)
+  const bool device = ops.can_sample();
+  RowRuns runs, sample_runs;  // rows of the state to run the head over; rows of its output to sample
+  std::vector<DeviceSampling> specs;
   int64_t row = 0, wanted = 0;
   for (const StepItem& it : mb.items) {
     const int64_t first = it.all_positions ? row : row + it.n - 1, k = it.all_positions ? it.n : 1;
-    if (!runs.empty() && runs.back().first + runs.back().second == first) runs.back().second += k;
-    else runs.emplace_back(first, k);
+    add_row_run(runs, first, k);
+    if (it.sample) {
+      it.sample->sampled = device;
+      if (device) {
+        add_row_run(sample_runs, wanted, 1);
+        specs.push_back(it.sample->spec);
+      }
+    }
     row += it.n;
     wanted += k;
   }
   const size_t mark = ops.mark();
-  const float* H = X + runs.front().first * per;
-  if (runs.size() > 1) {
-    float* g = ops.alloc(wanted * per);
-    int64_t at = 0;
-    for (const auto& [first, k] : runs) {
-      ops.copy(g + at * per, X + first * per, k * per);
-      at += k;
-    }
-    H = g;
-  }
+  const float* H = gather_rows(ops, mb.X.back().data, per, runs);
   float* out = ops.alloc(wanted * V);
   last.logits(H, wanted, out);
+  if (!specs.empty()) {
+    std::vector<int32_t> tokens(specs.size());
+    const bool done = ops.sample(gather_rows(ops, out, V, sample_runs), static_cast<int64_t>(specs.size()), V, specs,
+                                 tokens.data());
+    HS_CHECK(done, "internal: backend ", ops.name(), " says it can sample but did not");
+    size_t j = 0;
+    for (const StepItem& it : mb.items)
+      if (it.sample) it.sample->token = tokens[j++];
+  }
   int64_t at = 0;
   for (const StepItem& it : mb.items) {
     const int64_t k = it.all_positions ? it.n : 1;
-    ops.download(it.logits, out + at * V, k * V);
+    if (!(it.sample && device)) ops.download(it.logits, out + at * V, k * V);
     at += k;
   }
   ops.release_to(mark);
@@ -363,6 +415,11 @@ double Engine::copy_bandwidth_gbs() {
   for (auto& [name, o] : ops_)
     if (const double g = o->copy_bandwidth_gbs(); g > 0) return g;
   return 0.0;
+}
+
+void Engine::set_stage_timing(bool on) {
+  stage_timing_ = on;
+  stage_seconds_.assign(shards_.size(), 0.0);
 }
 
 void Engine::set_profiling(bool on) {

@@ -66,6 +66,16 @@ struct Sequence {
 
 class PipelineRunner;
 
+// A request to sample an item's last position on the last shard's backend (StepItem::sample):
+// `spec` in; `sampled`, `token` out. sampled = true: token holds the id and the item's logits
+// were not written. sampled = false (the backend has no sampler, Engine::can_sample()): the
+// logits were written as without the request and the caller samples on the host.
+struct StepSample {
+  DeviceSampling spec;
+  bool sampled = false;
+  int32_t token = -1;
+};
+
 // One sequence's part of a batched step (Engine::step_batch).
 struct StepItem {
   Sequence* seq = nullptr;
@@ -73,6 +83,9 @@ struct StepItem {
   int64_t n = 0;                    // 1 decoding, k for a prefill chunk
   float* logits = nullptr;          // [n, vocab] when all_positions, else the last position's [vocab]
   bool all_positions = false;
+  // Optional (not with all_positions): sample the last position on the device instead of
+  // downloading its logits; logits may then be null where can_sample().
+  StepSample* sample = nullptr;
 };
 
 class Engine {
@@ -102,6 +115,8 @@ class Engine {
   int micro_batches() const { return micro_batches_; }
   // Whether this engine holds the whole pipeline (embedding to output head).
   bool complete() const;
+  // Whether the last shard's backend samples tokens itself (StepItem::sample; Ops::sample).
+  bool can_sample() const;
   // Runs every shard of this engine over the HC state X (on the first shard's backend), staging
   // it between backends, and returns the state on the last shard's backend. Scratch is the
   // caller's to release (mark/release_to on the backends).
@@ -114,6 +129,11 @@ class Engine {
   // Per-op device time of every backend (bench --profile): start recording, and the tables.
   void set_profiling(bool on);
   std::string profile_report();
+  // Split cost for benchmarks: while on, every shard's part of a step (handoff in, layers)
+  // waits for its device before the next begins, and its wall time is added to
+  // stage_seconds()[s] (the "shard alone" times whose sum a pipelined step is compared with).
+  void set_stage_timing(bool on);
+  const std::vector<double>& stage_seconds() const { return stage_seconds_; }
 
  private:
   std::unique_ptr<ModelSource> source_;
@@ -125,6 +145,8 @@ class Engine {
   int shard_offset_ = 0;        // index in the split of shards_[0] (EngineOptions::only_shard)
   int micro_batches_ = 1;       // EngineOptions::pipeline_micro_batches, resolved
   std::vector<bool> send_;      // per shard s: hand the state to shard s + 1 by Ops::send_to
+  bool stage_timing_ = false;
+  std::vector<double> stage_seconds_;
 
   struct Micro;  // one micro-batch on its way through the shards (engine.cpp)
   void check_items(std::span<const StepItem> items) const;

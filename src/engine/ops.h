@@ -3,6 +3,7 @@
 // Activation pointers are backend memory: the forward never reads or writes them itself.
 #pragma once
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,18 @@ enum class EntryQat { None, Fp8Kv, IndexerFp4 };
 struct RopeTable {
   int rope_dim = 0;
   std::vector<float> inv_freq;  // [rope_dim / 2]
+};
+
+// One row's sampling on a backend (Ops::sample), with cuda::sample's semantics (ops_cuda.h;
+// Sampler's host path follows the same contract): temperature <= 0 or top_k == 1 is greedy
+// (argmax, ties to the lower id), else top_k, then min_p, then top_p on the survivors, and the
+// draw u in [0, 1) (Sampler::next_uniform, so the request's seed decides).
+struct DeviceSampling {
+  float temperature = 1.0f;
+  int top_k = 0;        // 0: off
+  float top_p = 1.0f;   // (0, 1]; 1: off
+  float min_p = 0.0f;   // [0, 1]; 0: off
+  float u = 0.0f;       // [0, 1); unused when greedy
 };
 
 class Ops {
@@ -53,6 +66,17 @@ class Ops {
   // download waits for the backend's queued work.
   virtual void upload(float* dst, const float* host, int64_t n) = 0;
   virtual void download(float* host, const float* src, int64_t n) = 0;
+  // Token sampling on the backend: one token per row of logits [rows, vocab] (backend memory)
+  // by specs[row] into tokens_host (host memory; waits for the backend), so only the ids cross
+  // to the host. Returns false, touching nothing, where the backend has no sampler (the CPU:
+  // the caller downloads the logits and samples on the host). can_sample() says which, up front.
+  virtual bool can_sample() const { return false; }
+  virtual bool sample(const float* logits, int64_t rows, int64_t vocab, std::span<const DeviceSampling> specs,
+                      int32_t* tokens_host) {
+    (void)logits, (void)rows, (void)vocab, (void)specs, (void)tokens_host;
+    return false;
+  }
+  virtual void synchronize() {}  // waits for the backend's queued work (benchmarks)
   // The HC state between shards on two devices of one backend kind, in two halves (each called
   // on the thread that drives that side): send_to() queues a copy of n floats into dst's memory
   // after the work that made `src` and returns a token, or nullptr when this pair cannot (the

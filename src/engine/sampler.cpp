@@ -8,7 +8,57 @@
 
 namespace hs {
 
-SampleResult Sampler::sample(const float* logits, int64_t vocab) {
+int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, float u, std::vector<int32_t>& idx) {
+  if (!draws_uniform(p)) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
+  // Candidates by (logit desc, id asc): the same order as z = logit / temperature.
+  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const int64_t m = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
+  idx.resize(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), 0);
+  if (m < vocab) std::nth_element(idx.begin(), idx.begin() + m, idx.end(), before);
+  idx.resize(static_cast<size_t>(m));
+  std::sort(idx.begin(), idx.end(), before);
+  // e_i = p_i / p_0, in float as the device computes it; sums in double.
+  const float inv_t = 1.0f / p.temperature;
+  const float z0 = logits[idx[0]] * inv_t;
+  auto e = [&](int64_t i) { return static_cast<double>(std::exp(logits[idx[static_cast<size_t>(i)]] * inv_t - z0)); };
+  // min-p: e_i is non-increasing, so the survivors are a prefix (at least the first).
+  int64_t m2 = m;
+  if (p.min_p > 0.0f) {
+    m2 = 1;
+    while (m2 < m && e(m2) >= p.min_p) ++m2;
+  }
+  // top-p over the survivors: the shortest prefix whose mass reaches top_p of theirs.
+  double z2 = 0;
+  for (int64_t i = 0; i < m2; ++i) z2 += e(i);
+  int64_t m3 = m2;
+  double z3 = z2;
+  if (p.top_p < 1.0f) {
+    double c = 0;
+    for (int64_t i = 0; i < m2; ++i) {
+      c += e(i);
+      if (c >= p.top_p * z2) {
+        m3 = i + 1;
+        z3 = c;
+        break;
+      }
+    }
+  }
+  // The first candidate whose cumulative mass exceeds u * z3.
+  double c = 0;
+  for (int64_t i = 0; i < m3; ++i) {
+    c += e(i);
+    if (c > u * z3) return idx[static_cast<size_t>(i)];
+  }
+  return idx[static_cast<size_t>(m3 - 1)];
+}
+
+SampleResult Sampler::sample(const float* logits, int64_t vocab, float u) {
   HS_CHECK(vocab > 0, "sampler: empty vocabulary");
   SampleResult res;
   // Log-softmax of the raw logits (what logprobs report).
@@ -18,67 +68,14 @@ SampleResult Sampler::sample(const float* logits, int64_t vocab) {
   for (int64_t i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(logits[i] - mx));
   const float log_z = mx + static_cast<float>(std::log(z));
 
-  work_.assign(logits, logits + vocab);
-  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f)
+  const float* w = logits;
+  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    work_.assign(logits, logits + vocab);
     for (const auto& [tok, n] : counts_)
       if (tok >= 0 && tok < vocab) work_[static_cast<size_t>(tok)] -= p_.presence_penalty + p_.frequency_penalty * n;
-
-  int32_t chosen = 0;
-  if (p_.temperature <= 0.0f) {
-    for (int64_t i = 1; i < vocab; ++i)
-      if (work_[static_cast<size_t>(i)] > work_[static_cast<size_t>(chosen)]) chosen = static_cast<int32_t>(i);
-  } else {
-    // Candidates by descending logit; top-k cuts first, then top-p and min-p on the softmax.
-    idx_.resize(static_cast<size_t>(vocab));
-    std::iota(idx_.begin(), idx_.end(), 0);
-    auto by_logit = [&](int32_t a, int32_t b) {
-      return work_[static_cast<size_t>(a)] > work_[static_cast<size_t>(b)] ||
-             (work_[static_cast<size_t>(a)] == work_[static_cast<size_t>(b)] && a < b);
-    };
-    int64_t k = vocab;
-    if (p_.top_k > 0 && p_.top_k < vocab) {
-      k = p_.top_k;
-      std::nth_element(idx_.begin(), idx_.begin() + k, idx_.end(), by_logit);
-    }
-    idx_.resize(static_cast<size_t>(k));
-    std::sort(idx_.begin(), idx_.end(), by_logit);
-    const float top = work_[static_cast<size_t>(idx_[0])];
-    std::vector<double> prob(idx_.size());
-    double sum = 0;
-    for (size_t i = 0; i < idx_.size(); ++i) {
-      prob[i] = std::exp(static_cast<double>((work_[static_cast<size_t>(idx_[i])] - top) / p_.temperature));
-      sum += prob[i];
-    }
-    size_t keep = idx_.size();
-    if (p_.top_p < 1.0f) {
-      double cum = 0;
-      for (size_t i = 0; i < idx_.size(); ++i) {
-        cum += prob[i] / sum;
-        if (cum >= p_.top_p) {
-          keep = i + 1;
-          break;
-        }
-      }
-    }
-    if (p_.min_p > 0.0f) {
-      const double floor_p = p_.min_p * prob[0];  // prob[0] is the largest
-      size_t m = 1;
-      while (m < keep && prob[m] >= floor_p) ++m;
-      keep = m;
-    }
-    double kept = 0;
-    for (size_t i = 0; i < keep; ++i) kept += prob[i];
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * kept;
-    double acc = 0;
-    chosen = idx_[keep - 1];
-    for (size_t i = 0; i < keep; ++i) {
-      acc += prob[i];
-      if (u < acc) {
-        chosen = idx_[i];
-        break;
-      }
-    }
+    w = work_.data();
   }
+  const int32_t chosen = pick_token(w, vocab, p_, u, idx_);
   res.token = chosen;
   res.logprob = logits[chosen] - log_z;
   if (p_.top_logprobs > 0) {

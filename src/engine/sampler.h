@@ -1,5 +1,7 @@
-// Token sampling on the CPU (the CUDA backend adds a device twin): repetition penalties,
-// temperature, top-k, top-p, min-p, and a per-request seeded generator (no shared state).
+// Token sampling on the CPU: repetition penalties, temperature, top-k, min-p, top-p, and a
+// per-request seeded generator (no shared state). The filters follow cuda::sample's documented
+// contract (ops_cuda.h), so the scheduler can sample a request without penalties or logprobs
+// on the device (Ops::sample) with the same uniform numbers and get the same tokens.
 #pragma once
 #include <cstdint>
 #include <random>
@@ -24,17 +26,35 @@ struct TokenLogprob {
   float logprob = 0.0f;      // log-softmax of the raw logits (before penalties/temperature)
 };
 
+// logprob and top come from the host sampler only: a token sampled on the device (the
+// scheduler does that only for requests that did not ask for logprobs) has logprob 0, top empty.
 struct SampleResult {
   int32_t token = -1;
   float logprob = 0.0f;
   std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens
 };
 
+// The token the filters and a uniform draw u in [0, 1) pick from logits [vocab] (cuda::sample's
+// semantics: temperature <= 0 or top_k == 1 greedy, ties to the lower id; else on
+// z = logits / temperature by (z desc, id asc) top_k, then p >= min_p * p_max, then the shortest
+// prefix of the survivors whose mass reaches top_p, then the first whose cumulative mass exceeds
+// u * total). idx is scratch.
+int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, float u, std::vector<int32_t>& idx);
+// Whether these parameters draw a uniform number per token (temperature > 0 and top_k != 1).
+inline bool draws_uniform(const SamplingParams& p) { return p.temperature > 0.0f && p.top_k != 1; }
+
 // One per sequence: owns the generator and the counts the penalties need.
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {}
-  SampleResult sample(const float* logits, int64_t vocab);
+  // The next token: penalties on the logits, then pick_token with next_uniform().
+  SampleResult sample(const float* logits, int64_t vocab) { return sample(logits, vocab, next_uniform()); }
+  // The same with u already drawn by next_uniform() (a device sampling request that fell back).
+  SampleResult sample(const float* logits, int64_t vocab, float u);
+  // The uniform number of the next token, from this request's generator: one draw per token
+  // when the sampling is random (draws_uniform), else 0 without a draw. Both the host path and
+  // the device path (Ops::sample) take it from here, so the seed decides the same tokens.
+  float next_uniform() { return draws_uniform(p_) ? static_cast<float>(rng_() >> 40) * 0x1p-24f : 0.0f; }
   void accept(int32_t token) { ++counts_[token]; }  // a generated token (feeds the penalties)
   const SamplingParams& params() const { return p_; }
 

@@ -28,6 +28,7 @@ struct Scheduler::Slot {
   int generated = 0;
   int32_t last = -1;
   std::vector<float> logits;
+  StepSample device;  // this step's device sampling request (StepItem::sample)
 };
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(engine), opts_(opts) {
@@ -206,7 +207,19 @@ void Scheduler::step_once() {
     const int64_t n = left == 0 ? 1 : std::min<int64_t>({opts_.prefill_chunk, static_cast<int64_t>(left), room});
     if (n <= 0) break;  // (only prompt chunks run out of budget: decoders come first)
     const int32_t* tokens = left == 0 ? &s->last : s->req.prompt.data() + s->prompt_done;
-    items.push_back(StepItem{s->seq.get(), tokens, n, s->logits.data(), false});
+    StepItem item{s->seq.get(), tokens, n, s->logits.data(), false};
+    // The step that ends the prompt, and every decode step, samples a token: on the device
+    // where the request allows it, with this token's uniform from the request's generator.
+    if (n == static_cast<int64_t>(left) || left == 0) {
+      const GenerationRequest& q = s->req;
+      const SamplingParams& p = q.sampling;
+      if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token &&
+          p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) {
+        s->device = StepSample{{p.temperature, p.top_k, p.top_p, p.min_p, s->sampler->next_uniform()}};
+        item.sample = &s->device;
+      }
+    }
+    items.push_back(item);
     stepped.push_back(s);
     (left == 0 ? decode_rows : prefill_rows) += n;
     budget -= n;
@@ -244,7 +257,12 @@ void Scheduler::step_once() {
       if (s.prompt_done < s.req.prompt.size()) continue;  // more prompt chunks to go
     }
     try {
-      SampleResult r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size);
+      // A device request that fell back (no sampler on the backend) uses the uniform it drew.
+      const StepSample* dev = items[i].sample;
+      SampleResult r;
+      if (dev && dev->sampled) r.token = dev->token;
+      else if (dev) r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size, dev->spec.u);
+      else r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size);
       if (s.req.forced_token) {
         r.token = s.req.forced_token(s.generated);
         r.top.clear();
@@ -255,6 +273,7 @@ void Scheduler::step_once() {
       {
         std::lock_guard<std::mutex> lk(mu_);
         stats_.generated_tokens_total++;
+        if (dev && dev->sampled) stats_.device_sampled_tokens++;
       }
       const bool go_on = !s.req.on_token || s.req.on_token(r);
       const bool is_stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), r.token) != s.req.stop_tokens.end();

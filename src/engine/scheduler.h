@@ -28,6 +28,9 @@ struct GenerationRequest {
   std::vector<int32_t> prompt;
   int max_tokens = 256;
   SamplingParams sampling;
+  // Whether on_token reads SampleResult::logprob (top needs sampling.top_logprobs > 0): only
+  // the host sampler fills them, so such a request is never sampled on the device.
+  bool logprobs = false;
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these (e.g. EOS)
   // Called for each generated token; return false to stop (e.g. a stop string matched, or
   // the client went away). Runs on the scheduler thread: keep it short.
@@ -50,6 +53,10 @@ struct SchedulerOptions {
   // every decoder gets its token and prompt chunks share the rest. (Last: callers brace-init
   // the fields above.)
   int64_t max_step_tokens = 0;
+  // Sample on the device where the engine's last backend can (Engine::can_sample) and the
+  // request allows it (no penalties, no logprobs, no forced_token): only the token ids are
+  // downloaded, not each sequence's logits row. Off: every token is sampled on the host.
+  bool device_sampling = true;
 };
 
 struct SchedulerStats {
@@ -57,6 +64,7 @@ struct SchedulerStats {
   int64_t prompt_tokens_total = 0, generated_tokens_total = 0;
   double prefill_seconds = 0, decode_seconds = 0;  // time spent in each kind of step
   int64_t prefill_tokens = 0, decode_tokens = 0;
+  int64_t device_sampled_tokens = 0;                // of generated_tokens_total: sampled on the device
   size_t state_bytes = 0;                           // SequenceState memory of live slots
   int max_seqs = 0;
 };

@@ -43,6 +43,7 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
   req.max_tokens = g->spec_.max_tokens;
   req.sampling = g->spec_.sampling;
   if (!g->spec_.logprobs) req.sampling.top_logprobs = 0;
+  req.logprobs = g->spec_.logprobs;  // (else the token may be sampled on the device, without a logprob)
   if (!g->spec_.ignore_eos && eos >= 0) req.stop_tokens = {eos};
   req.test_fail_after = g->spec_.fail_after;
   req.on_token = [g](const SampleResult& r) { return g->on_token(r); };
