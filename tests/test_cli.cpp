@@ -229,6 +229,20 @@ TEST(Cli, BenchReportsRunsAndWeightBytes) {
     want += b;
   }
   EXPECT_EQ(j["weight_bytes_per_token"].get<int64_t>(), want);
+  // Batched decode and the split report: tg4x3 is 3 sequences x 4 steps; a cpu,cpu split times
+  // each shard alone and compares their sum with the plain step.
+  auto rs = test::run_cli("bench --synthetic tiny --devices cpu,cpu --threads 2 --pp 0 --tg 4 --depth 0 --seqs 3 "
+                          "--reps 1 --json " + d + "/s.json");
+  ASSERT_EQ(rs.code, 0) << rs.out;
+  EXPECT_NE(rs.out.find("split overhead"), std::string::npos) << rs.out;
+  std::ifstream fs(d + "/s.json");
+  const auto js = nlohmann::json::parse(fs);
+  ASSERT_EQ(js["results"].size(), 2u) << js.dump();
+  EXPECT_EQ(js["results"][1]["test"], "tg4x3");
+  EXPECT_EQ(js["results"][1]["tokens"], 12);
+  EXPECT_EQ(js["results"][1]["sequences"], 3);
+  ASSERT_EQ(js["split"]["shard_ms"].size(), 2u) << js.dump();
+  EXPECT_GT(js["split"]["sum_ms"].get<double>(), 0.0);
   expect_error(test::run_cli("bench --synthetic huge --device cpu"), "huge");
   expect_error(test::run_cli("bench --device cpu"), "--synthetic");
 }

@@ -38,10 +38,11 @@ std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab, uint64_t salt) {
 }
 
 struct Result {
-  std::string test;    // pp512, tg128@4096, ...
-  int64_t tokens = 0;  // tokens timed
+  std::string test;    // pp512, tg128@4096, tg64x8 (8 sequences decoding together), ...
+  int64_t tokens = 0;  // tokens timed (over all sequences)
   int64_t depth = 0;   // context before the timed tokens
   double seconds = 0;  // median over the repetitions
+  int64_t seqs = 1;    // sequences decoding together (one batched step each)
   double tok_s() const { return static_cast<double>(tokens) / seconds; }
 };
 
@@ -57,6 +58,8 @@ int cmd_bench(const Args& args) {
       {"reps", true, "repetitions of each prefill measurement, median reported (default 3)", "N"},
       {"json", true, "also write the results as JSON", "FILE"},
       {"profile", false, "after the runs, print the device time per op of one pp and 16 decode steps"},
+      {"seqs", true, "also time decode with N sequences stepping together (continuous batching; tgTxN: "
+       "aggregate tok/s of N sequences after a 16-token prompt each)", "N,N,..."},
   };
   specs.insert(specs.end(), bench_specs.begin(), bench_specs.end());
   const std::string default_device = gpu_count() > 0 ? "cuda:0" : "cpu";
@@ -128,7 +131,7 @@ int cmd_bench(const Args& args) {
       prefill(toks);
       if (r > 0) t.push_back(seconds_since(t0));
     }
-    results.push_back({"pp" + std::to_string(pp), pp, 0, median(t)});
+    results.push_back({"pp" + std::to_string(pp), pp, 0, median(t), 1});
     std::fprintf(stderr, "  %s: %.1f tok/s\n", results.back().test.c_str(), results.back().tok_s());
   }
   if (tg > 0) {
@@ -140,9 +143,73 @@ int cmd_bench(const Args& args) {
       for (int i = 0; i < 4; ++i) eng->step(*seq, &toks[static_cast<size_t>(i)], 1, logits.data(), false);  // warm-up
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < tg; ++i) eng->step(*seq, &toks[static_cast<size_t>(4 + i)], 1, logits.data(), false);
-      results.push_back({"tg" + std::to_string(tg) + "@" + std::to_string(depth), tg, depth + 4, seconds_since(t0)});
+      results.push_back({"tg" + std::to_string(tg) + "@" + std::to_string(depth), tg, depth + 4, seconds_since(t0), 1});
       std::fprintf(stderr, "  %s: %.1f tok/s\n", results.back().test.c_str(), results.back().tok_s());
     }
+  }
+
+  if (tg > 0 && a.has("seqs")) {
+    for (int B : parse_int_list("--seqs", *a.get("seqs"))) {
+      if (B < 1) continue;
+      std::vector<std::unique_ptr<Sequence>> ss;
+      std::vector<std::vector<float>> lg(static_cast<size_t>(B), std::vector<float>(logits.size()));
+      for (int b = 0; b < B; ++b) {
+        ss.push_back(eng->new_sequence());
+        const auto prompt = bench_tokens(16, c.vocab_size, 100 + static_cast<uint64_t>(b));
+        eng->step(*ss.back(), prompt.data(), 16, lg[static_cast<size_t>(b)].data(), false);
+      }
+      const auto toks = bench_tokens(tg + 4, c.vocab_size, 13);
+      std::vector<StepItem> items(static_cast<size_t>(B));
+      auto step = [&](int64_t i) {
+        for (int b = 0; b < B; ++b)
+          items[static_cast<size_t>(b)] = {ss[static_cast<size_t>(b)].get(), &toks[static_cast<size_t>(i)], 1,
+                                           lg[static_cast<size_t>(b)].data(), false};
+        eng->step_batch(items);
+      };
+      for (int64_t i = 0; i < 4; ++i) step(i);  // warm-up
+      const auto t0 = Clock::now();
+      for (int64_t i = 0; i < tg; ++i) step(4 + i);
+      Result r{"tg" + std::to_string(tg) + "x" + std::to_string(B), tg * B, 20, seconds_since(t0), B};
+      results.push_back(r);
+      std::fprintf(stderr, "  %s: %.1f tok/s aggregate\n", r.test.c_str(), r.tok_s());
+    }
+  }
+
+  // Split cost: each shard's part of a decode step timed alone (its device waited for), summed,
+  // against the plain step (the first tg result).
+  std::string split_report;
+  nlohmann::ordered_json split_json;
+  const auto plain = std::find_if(results.begin(), results.end(), [](const Result& r) {
+    return r.test.rfind("tg", 0) == 0 && r.seqs == 1;
+  });
+  if (eng->n_shards() >= 2 && plain != results.end()) {
+    seq->reset();
+    prefill(bench_tokens(plain->depth - 4, c.vocab_size, 7));
+    const auto toks = bench_tokens(tg, c.vocab_size, 11);
+    eng->set_stage_timing(true);
+    for (int64_t i = 0; i < tg; ++i) eng->step(*seq, &toks[static_cast<size_t>(i)], 1, logits.data(), false);
+    const std::vector<double> st = eng->stage_seconds();
+    eng->set_stage_timing(false);
+    double sum = 0;
+    split_report = "split (decode, ms per token): ";
+    split_json["shard_ms"] = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < st.size(); ++i) {
+      const double ms = 1e3 * st[i] / static_cast<double>(tg);
+      sum += ms;
+      char part[96];
+      std::snprintf(part, sizeof part, "shard %zu (%s) %.3f, ", i, eng->shard_device(static_cast<int>(i)).c_str(), ms);
+      split_report += part;
+      split_json["shard_ms"].push_back(ms);
+    }
+    const double step_ms = 1e3 * plain->seconds / static_cast<double>(plain->tokens);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "sum of shards alone %.3f; %s step %.3f; split overhead %+.1f%%", sum,
+                  plain->test.c_str(), step_ms, 100.0 * (step_ms / sum - 1.0));
+    split_report += buf;
+    split_json["sum_ms"] = sum;
+    split_json["step_ms"] = step_ms;
+    split_json["overhead_pct"] = 100.0 * (step_ms / sum - 1.0);
+    std::printf("%s\n\n", split_report.c_str());
   }
 
   std::string profile;
@@ -164,7 +231,7 @@ int cmd_bench(const Args& args) {
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   nlohmann::ordered_json jr = nlohmann::ordered_json::array();
   for (const auto& r : results) {
-    const bool decode = r.test.rfind("tg", 0) == 0;
+    const bool decode = r.test.rfind("tg", 0) == 0 && r.seqs == 1;
     const double gbs = decode ? static_cast<double>(wbytes) * r.tok_s() / 1e9 : 0.0;
     std::printf("| %s | %lld | %.3f | %.1f |", r.test.c_str(), static_cast<long long>(r.tokens), r.seconds, r.tok_s());
     if (decode) {
@@ -175,7 +242,7 @@ int cmd_bench(const Args& args) {
       std::printf(" | | |\n");
     }
     nlohmann::ordered_json j = {{"test", r.test}, {"tokens", r.tokens}, {"depth", r.depth}, {"seconds", r.seconds},
-                                {"tok_s", r.tok_s()}};
+                                {"tok_s", r.tok_s()}, {"sequences", r.seqs}};
     if (decode) {
       j["weight_bytes_per_token"] = wbytes;
       j["gb_s"] = gbs;
@@ -193,6 +260,7 @@ int cmd_bench(const Args& args) {
                                   {"weight_bytes_per_token", wbytes},
                                   {"copy_gb_s", copy_gbs},
                                   {"results", jr}};
+    if (!split_json.empty()) out["split"] = split_json;
     std::ofstream f(*a.get("json"));
     HS_CHECK(f, "--json: cannot write ", *a.get("json"));
     f << out.dump(2) << "\n";
