@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #ifdef HS_HAVE_CUDA
+#include <functional>
+
 #include "backend_ops_util.h"
 
 
@@ -240,7 +242,7 @@ TEST_F(BackendOps, HyperConnections) {
     const std::vector<float> hscale = {1.1f};
     Dev<float> dfn(ctx(), fn), dbase(ctx(), base), dscale(ctx(), scale), dhfn(ctx(), hfn), dhbase(ctx(), hbase),
         dhscale(ctx(), hscale);
-    for (int64_t n : {1, 3, 37}) {
+    for (int64_t n : {1, 3, 7, 37}) {  // <= 16: one cluster launch per call; 37: the two-kernel path
       const std::vector<float> X = randv(static_cast<size_t>(n * len), 610 + n + D, 2.0f);
       cpu::HcParams cp{fn.data(), base.data(), scale.data(), hcm, D, 20, 1e-6f, 1e-6f};
       std::vector<float> u(static_cast<size_t>(n * D)), post(static_cast<size_t>(n * hcm)),
@@ -285,6 +287,52 @@ TEST_F(BackendOps, HyperConnections) {
       check("hc_head", "f32", shape, dh.get(), h, 1e-5);
     }
   }
+}
+
+// Decode-time cost of the hyper-connection ops at V4-Flash width (D 4096, hc 4): GPU time per
+// call from events around 20 back-to-back calls, median of 15 repetitions after a warm-up.
+// Printed, not asserted.
+TEST_F(BackendOps, HyperConnectionsTiming) {
+  const int hcm = 4, mix = (2 + hcm) * hcm;
+  const int64_t D = 4096, len = hcm * D;
+  Dev<float> fn(ctx(), randv(static_cast<size_t>(mix * len), 700, 2.0f / std::sqrt(static_cast<float>(len))));
+  Dev<float> base(ctx(), randv(static_cast<size_t>(mix), 701, 0.5f)), scale(ctx(), std::vector<float>{0.8f, 1.3f, 2.0f});
+  hc::HcParams gp;
+  gp.fn = fn.p();
+  gp.base = base.p();
+  gp.scale = scale.p();
+  gp.hc = hcm;
+  gp.dim = D;
+  cudaEvent_t a, b;
+  HS_CUDA_CHECK(cudaEventCreate(&a));
+  HS_CUDA_CHECK(cudaEventCreate(&b));
+  for (int64_t n : {1, 7}) {
+    Dev<float> X(ctx(), randv(static_cast<size_t>(n * len), 702, 2.0f)), u(ctx(), static_cast<size_t>(n * D)),
+        post(ctx(), static_cast<size_t>(n * hcm)), comb(ctx(), static_cast<size_t>(n * hcm * hcm));
+    auto time_us = [&](const std::function<void()>& f) {
+      f();
+      ctx().synchronize();
+      std::vector<float> ms;
+      for (int rep = 0; rep < 15; ++rep) {
+        HS_CUDA_CHECK(cudaEventRecord(a, ctx().stream()));
+        for (int i = 0; i < 20; ++i) f();
+        HS_CUDA_CHECK(cudaEventRecord(b, ctx().stream()));
+        HS_CUDA_CHECK(cudaEventSynchronize(b));
+        float t = 0;
+        HS_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+        ms.push_back(t);
+      }
+      std::sort(ms.begin(), ms.end());
+      return ms[7] * 1e3 / 20;
+    };
+    const double pre = time_us([&] { hc::hc_pre(ctx(), gp, X.p(), n, u.p(), post.p(), comb.p()); });
+    const double head = time_us([&] { hc::hc_head(ctx(), gp, X.p(), n, u.p()); });
+    const double hpost = time_us([&] { hc::hc_post(ctx(), u.p(), post.p(), comb.p(), n, hcm, D, X.p()); });
+    std::printf("[hc-timing] n=%lld D=%lld: hc_pre %.2f us, hc_head %.2f us, hc_post %.2f us per call\n",
+                static_cast<long long>(n), static_cast<long long>(D), pre, head, hpost);
+  }
+  HS_CUDA_CHECK(cudaEventDestroy(a));
+  HS_CUDA_CHECK(cudaEventDestroy(b));
 }
 
 TEST_F(BackendOps, CompressPool) {

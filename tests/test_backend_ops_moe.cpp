@@ -1,10 +1,14 @@
-// CUDA routed experts (cuda::moe_experts, kernels/cuda/moe_cuda.h) vs a CPU twin: the loop of
-// CpuOps::moe's routed part on given routing (random distinct experts per token, random
-// weights), from format/quants.h dequantisation and cpu::matmul / cpu::swiglu_clamp, adding the
-// slots in ascending expert id. Every weight type at small shapes for decode (n <= 8) and
-// prefill (n > 8) in F32 (rel L2 <= 1e-5) and Bf16 (<= 1e-2) modes, a skewed routing, Flash
-// shapes with timings, replays from a captured CUDA graph with new routing, and the argument
-// checks. Outputs and the workspace are poisoned (NaN) first. Without a GPU: SKIPPED.
+// CUDA MoE experts (cuda::moe_experts, kernels/cuda/moe_cuda.h) vs a CPU twin: the loop of
+// CpuOps::moe on given routing (random distinct experts per token, random weights), from
+// format/quants.h dequantisation and cpu::matmul / cpu::swiglu_clamp, adding the slots in
+// ascending expert id, then the shared expert. Three twins: F32 (the f32 paths: decode, prefill
+// in F32 mode; rel L2 <= 1e-5), Bf16 (the prefill tensor-core path: x, W and the weighted h
+// rounded to bf16 as the kernels round them, f32 products; <= 1e-3) and Model (CpuOps::moe's
+// model-numerics rounding points: FP8 h, bf16 expert outputs, bf16 y with the shared expert;
+// <= 1e-2). Every weight type at small shapes for decode (n <= 8) and prefill (n > 8), a skewed
+// routing, the shared expert, Flash shapes with timings, replays from a captured CUDA graph with
+// new routing, and the argument checks. Outputs and the workspace are poisoned (NaN) first.
+// Without a GPU: SKIPPED.
 #include <gtest/gtest.h>
 
 #ifdef HS_HAVE_CUDA
@@ -143,30 +147,66 @@ Routing make_routing(int64_t n, int k, int E, uint64_t stream, bool skewed = fal
   return rt;
 }
 
-// The CPU twin: CpuOps::moe's routed loop (y += d * weight, experts ascending).
+enum class Twin { F32, Bf16, Model };
+
+void to_bf16(std::vector<float>& v) { cpu::round_bf16(v.data(), static_cast<int64_t>(v.size())); }
+void act_quant(std::vector<float>& v, int64_t cols) {
+  cpu::fp8_round_trip(v.data(), static_cast<int64_t>(v.size()) / cols, cols, cols, 128);
+}
+
+// A shared expert on the host: w1, w3 [I, D], w2 [D, I].
+struct HostShared {
+  HostW w1, w3, w2;
+};
+
+// The CPU twin: CpuOps::moe's routed loop (experts ascending; y += d, d = w2 . h), then the
+// shared expert. F32: d = w2 . h with y += d * weight (as the twin always did); Bf16: W, x and
+// weight * h rounded to bf16; Model: x as given (the caller's FP8 input), weight * h through the
+// FP8 round trip, d and the shared expert's output rounded to bf16, y rounded to bf16 at the end
+// when there is a shared expert (CpuOps::moe).
 std::vector<float> cpu_moe(const HostW& w1, const HostW& w3, const HostW& w2, int E, const std::vector<float>& x,
-                           int64_t n, const Routing& rt, int k) {
+                           int64_t n, const Routing& rt, int k, Twin twin = Twin::F32,
+                           const HostShared* sh = nullptr) {
   const int64_t D = w1.cols, I = w1.rows / E;
+  const bool bf = twin == Twin::Bf16, model = twin == Twin::Model;
   std::vector<float> dslot(static_cast<size_t>(n * k * D)), W1(static_cast<size_t>(I * D)), W3(W1.size()),
       W2(W1.size());
+  auto load = [&](const HostW& w, int64_t r0, int64_t rows, int64_t cols, std::vector<float>& out) {
+    pool().parallel_for(rows, 8, [&](int64_t b, int64_t f) { w.deq(r0 + b, f - b, out.data() + b * cols); });
+    if (bf) to_bf16(out);
+  };
+  auto expert = [&](const HostW& a, const HostW& b, const HostW& c, int64_t e, std::vector<float> xs,
+                    const std::vector<float>& wt, std::vector<float>& d) {  // wt empty: weight 1, as CPU's shared
+    const int64_t m = static_cast<int64_t>(xs.size()) / D;
+    load(a, e * I, I, D, W1);
+    load(b, e * I, I, D, W3);
+    load(c, e * D, D, I, W2);
+    if (bf) to_bf16(xs);
+    std::vector<float> g(static_cast<size_t>(m * I)), u(g.size()), h(g.size());
+    d.assign(static_cast<size_t>(m * D), 0.0f);
+    cpu::matmul(pool(), W1.data(), I, D, xs.data(), m, g.data());
+    cpu::matmul(pool(), W3.data(), I, D, xs.data(), m, u.data());
+    cpu::swiglu_clamp(g.data(), u.data(), m * I, kLimit, h.data());
+    if (twin != Twin::F32 && !wt.empty())
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < I; ++j) h[static_cast<size_t>(i * I + j)] *= wt[static_cast<size_t>(i)];
+    if (bf) to_bf16(h);
+    if (model) act_quant(h, I);
+    cpu::matmul(pool(), W2.data(), D, I, h.data(), m, d.data());
+    if (model) to_bf16(d);
+  };
   for (int e = 0; e < E; ++e) {
     std::vector<int64_t> pairs;
     for (int64_t i = 0; i < n * k; ++i)
       if (rt.idx[static_cast<size_t>(i)] == e) pairs.push_back(i);
     if (pairs.empty()) continue;
-    pool().parallel_for(I, 8, [&](int64_t b, int64_t f) {
-      w1.deq(e * I + b, f - b, W1.data() + b * D);
-      w3.deq(e * I + b, f - b, W3.data() + b * D);
-    });
-    pool().parallel_for(D, 8, [&](int64_t b, int64_t f) { w2.deq(e * D + b, f - b, W2.data() + b * I); });
     const int64_t m = static_cast<int64_t>(pairs.size());
-    std::vector<float> xs(static_cast<size_t>(m * D)), g(static_cast<size_t>(m * I)), u(g.size()), h(g.size()),
-        d(xs.size());
-    for (int64_t i = 0; i < m; ++i) std::copy_n(x.begin() + pairs[i] / k * D, D, xs.begin() + i * D);
-    cpu::matmul(pool(), W1.data(), I, D, xs.data(), m, g.data());
-    cpu::matmul(pool(), W3.data(), I, D, xs.data(), m, u.data());
-    cpu::swiglu_clamp(g.data(), u.data(), m * I, kLimit, h.data());
-    cpu::matmul(pool(), W2.data(), D, I, h.data(), m, d.data());
+    std::vector<float> xs(static_cast<size_t>(m * D)), wt(static_cast<size_t>(m)), d;
+    for (int64_t i = 0; i < m; ++i) {
+      std::copy_n(x.begin() + pairs[i] / k * D, D, xs.begin() + i * D);
+      wt[static_cast<size_t>(i)] = rt.wt[static_cast<size_t>(pairs[i])];
+    }
+    expert(w1, w3, w2, e, std::move(xs), wt, d);
     for (int64_t i = 0; i < m; ++i) std::copy_n(d.begin() + i * D, D, dslot.begin() + pairs[i] * D);
   }
   std::vector<float> y(static_cast<size_t>(n * D), 0.0f);
@@ -175,23 +215,39 @@ std::vector<float> cpu_moe(const HostW& w1, const HostW& w3, const HostW& w2, in
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int a, int b) { return rt.idx[t * k + a] < rt.idx[t * k + b]; });
     for (int j : order)
-      for (int64_t c = 0; c < D; ++c)
-        y[static_cast<size_t>(t * D + c)] += dslot[static_cast<size_t>((t * k + j) * D + c)] * rt.wt[t * k + j];
+      for (int64_t c = 0; c < D; ++c) {
+        const float v = dslot[static_cast<size_t>((t * k + j) * D + c)];
+        y[static_cast<size_t>(t * D + c)] += twin == Twin::F32 ? v * rt.wt[t * k + j] : v;
+      }
+  }
+  if (sh) {
+    std::vector<float> d;
+    expert(sh->w1, sh->w3, sh->w2, 0, x, {}, d);
+    for (size_t i = 0; i < y.size(); ++i) y[i] += d[i];
+    if (model) to_bf16(y);
   }
   return y;
 }
 
-// One problem: weights on host and device, and the x scale that puts w1 . x near N(0, 4^2)
-// (so that the clamp at 10 is hit now and then).
+// One problem: weights on host and device (and optionally a shared expert of kind `sk`), and
+// the x scale that puts w1 . x near N(0, 4^2) (so that the clamp at 10 is hit now and then).
 struct Problem {
   int E, k;
   int64_t D, I;
   HostW w1, w3, w2;
   hc::DeviceWeight d1, d3, d2;
+  std::unique_ptr<HostShared> sh;
+  hc::DeviceWeight s1, s3, s2;
   float xscale = 1.0f;
-  Problem(hc::DeviceContext& c, const Kind& kd, int E_, int k_, int64_t D_, int64_t I_, uint64_t stream)
+  Problem(hc::DeviceContext& c, const Kind& kd, int E_, int k_, int64_t D_, int64_t I_, uint64_t stream,
+          const Kind* sk = nullptr)
       : E(E_), k(k_), D(D_), I(I_), w1(make_w(kd, E_ * I_, D_, stream)), w3(make_w(kd, E_ * I_, D_, stream + 1)),
         w2(make_w(kd, E_ * D_, I_, stream + 2)), d1(upload_w(c, w1)), d3(upload_w(c, w3)), d2(upload_w(c, w2)) {
+    if (sk) {
+      sh = std::make_unique<HostShared>(HostShared{make_w(*sk, I_, D_, stream + 3), make_w(*sk, I_, D_, stream + 4),
+                                                   make_w(*sk, D_, I_, stream + 5)});
+      s1 = upload_w(c, sh->w1), s3 = upload_w(c, sh->w3), s2 = upload_w(c, sh->w2);
+    }
     std::vector<float> s(static_cast<size_t>(std::min<int64_t>(64, I) * D));
     w1.deq(0, std::min<int64_t>(64, I), s.data());
     double ss = 0;
@@ -199,8 +255,14 @@ struct Problem {
     const double rms = std::sqrt(ss / static_cast<double>(s.size()));
     xscale = rms > 0 ? static_cast<float>(4.0 / (rms * std::sqrt(static_cast<double>(D) / 3.0))) : 1.0f;
   }
-  std::vector<float> input(int64_t n, uint64_t stream) const {
-    return randv(static_cast<size_t>(n * D), stream, xscale);
+  // model: the FP8 act-quant round trip of each row, as CpuOps::moe / CudaOps::moe feed the experts.
+  std::vector<float> input(int64_t n, uint64_t stream, bool model = false) const {
+    std::vector<float> v = randv(static_cast<size_t>(n * D), stream, xscale);
+    if (model) act_quant(v, D);
+    return v;
+  }
+  std::vector<float> twin(const std::vector<float>& x, int64_t n, const Routing& rt, Twin t) const {
+    return cpu_moe(w1, w3, w2, E, x, n, rt, k, t, sh.get());
   }
 };
 
@@ -214,13 +276,14 @@ struct Bufs {
         ws(c, hc::moe_experts_workspace_bytes(n, p.k, p.D, p.I, p.E)) {
     ws.poison();
   }
-  void call(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode) {
+  void call(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false) {
+    const hc::MoeShared sh{p.s1.view, p.s3.view, p.s2.view};
     hc::moe_experts(c, p.d1.view, p.d3.view, p.d2.view, p.E, x.p(), n, idx.p(), wt.p(), p.k, kLimit, mode, ws.p(),
-                    y.p());
+                    y.p(), p.sh ? &sh : nullptr, model);
   }
-  std::vector<float> run(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode) {
+  std::vector<float> run(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false) {
     y.poison();
-    call(c, p, n, mode);
+    call(c, p, n, mode, model);
     return y.get();
   }
 };
@@ -231,26 +294,41 @@ int64_t bit_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return bad;
 }
 
-// Checks n tokens of one problem: n <= 8 in decode (f32), larger n in F32 and Bf16 modes, and
-// the same call twice for bit-identical results.
+// Weights whose values bf16 holds exactly: the tensor-core path then multiplies model-numerics
+// inputs (FP8 x and h) exactly.
+bool bf16_exact(const Kind& k) {
+  return k.type == hc::WType::FP8_B128 || k.type == hc::WType::MXFP4 || k.type == hc::WType::BF16;
+}
+
+// Checks n tokens of one problem: n <= 8 in decode (f32), larger n in F32 and Bf16 modes, each
+// against its twin, and the same call twice for bit-identical results. model: also the
+// model-numerics mode (decode; prefill on tensor cores when the weights are bf16-exact, else F32).
 void check_problem(hc::DeviceContext& c, const Problem& p, const std::string& type, int64_t n, uint64_t stream,
-                   bool skewed = false) {
+                   bool skewed = false, bool model = false, bool exact = false) {
   const Routing rt = make_routing(n, p.k, p.E, stream, skewed);
   const std::vector<float> x = p.input(n, stream + 1);
-  const std::vector<float> ref = cpu_moe(p.w1, p.w3, p.w2, p.E, x, n, rt, p.k);
   Bufs r(c, p, x, n, rt);
   const std::string shape = "E" + std::to_string(p.E) + " k" + std::to_string(p.k) + " " + dims({p.D, p.I}) +
-                            " n=" + std::to_string(n) + (skewed ? " skewed" : "");
+                            " n=" + std::to_string(n) + (skewed ? " skewed" : "") + (p.sh ? " +shared" : "");
   const bool decode = n <= hc::kMatvecMaxCols;
+  const std::string dp = decode ? "moe-decode" : "moe-prefill";
   for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
     if (decode && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
     const bool bf = m == hc::GemmMode::Bf16;
     const std::vector<float> got = r.run(c, p, n, m);
-    check(decode ? "moe-decode" : bf ? "moe-prefill-bf16" : "moe-prefill-f32", type, shape, got, ref,
-          bf ? 1e-2 : 1e-5);
+    check(decode ? dp : dp + (bf ? "-bf16" : "-f32"), type, shape, got, p.twin(x, n, rt, bf ? Twin::Bf16 : Twin::F32),
+          bf ? 1e-3 : 1e-5);
     if (n == 5 || n == 33 || skewed) check_exact("moe-repeat", type, shape + (bf ? " bf16" : ""),
                                                  bit_diff(got, r.run(c, p, n, m)));
   }
+  if (!model) return;
+  const std::vector<float> xq = p.input(n, stream + 1, true);
+  r.x.put(xq);
+  const hc::GemmMode m = exact ? hc::GemmMode::Bf16 : hc::GemmMode::F32;
+  const std::vector<float> got = r.run(c, p, n, m, true);
+  check(dp + "-model", type, shape + (decode ? "" : exact ? " bf16" : " f32"), got, p.twin(xq, n, rt, Twin::Model),
+        1e-2);
+  check_exact("moe-repeat", type, shape + " model", bit_diff(got, r.run(c, p, n, m, true)));
 }
 
 std::vector<Kind> all_kinds() {
@@ -289,12 +367,14 @@ double median_ms(hc::DeviceContext& c, const std::function<void()>& f) {
 
 }  // namespace
 
-// Every weight type: D 256, I 128 (256 for 256-element blocks), 16 experts, k 4.
+// Every weight type: D 256, I 128 (256 for 256-element blocks), 16 experts, k 4; model
+// numerics at n = 1, 5 (decode) and 33 (prefill).
 TEST_F(BackendOps, MoeExpertsAllTypes) {
   uint64_t stream = 40000;
   for (const Kind& kd : all_kinds()) {
     const Problem p(ctx(), kd, 16, 4, 256, std::max<int64_t>(128, kd.block()), stream += 10);
-    for (int64_t n : {1, 2, 5, 8, 9, 33, 200}) check_problem(ctx(), p, kd.name(), n, stream + n);
+    for (int64_t n : {1, 2, 5, 8, 9, 33, 200})
+      check_problem(ctx(), p, kd.name(), n, stream + n, false, n == 1 || n == 5 || n == 33, bf16_exact(kd));
   }
 }
 
@@ -303,32 +383,68 @@ TEST_F(BackendOps, MoeExpertsSkewedRouting) {
   const Kind kinds[] = {{hc::WType::MXFP4}, {hc::WType::FP8_B128}, {hc::WType::GGML_BLOCK, GgmlType::Q4_K}};
   for (const Kind& kd : kinds) {
     const Problem p(ctx(), kd, 16, 4, 256, 256, 41000);
-    for (int64_t n : {6, 40, 300}) check_problem(ctx(), p, kd.name(), n, 41100 + n, true);
+    for (int64_t n : {6, 40, 300}) check_problem(ctx(), p, kd.name(), n, 41100 + n, true, true, bf16_exact(kd));
   }
 }
 
-// DeepSeek-V4-Flash shapes: D 4096, I 2048, 256 experts, k 6 (MXFP4 and FP8_B128 checked at
-// n = 1 and 512, Q8_0 and Q2_K at n = 1). Timings are printed, not asserted (median of 20 after
-// a warm-up): n = 1 as GB/s of the weight bytes its 6 experts hold, n = 512 in ms per mode.
+// The shared expert next to the routed ones: the Flash mix (MXFP4 routed, Q8_0 shared), FP8 with
+// FP8, and GGUF blocks on either side (the shared expert then goes through cuda::matmul, the
+// routed decode through the staged kernels); reference and model numerics, decode and prefill.
+TEST_F(BackendOps, MoeExpertsShared) {
+  const Kind mx{hc::WType::MXFP4}, q8{hc::WType::Q8_0}, fp8{hc::WType::FP8_B128},
+      q4k{hc::WType::GGML_BLOCK, GgmlType::Q4_K};
+  const std::pair<Kind, Kind> mixes[] = {{mx, q8}, {fp8, fp8}, {mx, q4k}, {q4k, q8}};
+  uint64_t stream = 45000;
+  for (const auto& [rk, sk] : mixes) {
+    const Problem p(ctx(), rk, 16, 4, 256, 256, stream += 10, &sk);
+    for (int64_t n : {1, 3, 8, 40})
+      check_problem(ctx(), p, rk.name() + "+" + sk.name(), n, stream + n, false, true, bf16_exact(rk) && bf16_exact(sk));
+  }
+}
+
+// DeepSeek-V4-Flash shapes: D 4096, I 2048, 256 experts, k 6 (MXFP4 with a Q8_0 shared expert
+// and FP8_B128 checked at n = 1 and 512, Q8_0 and Q2_K at n = 1; model numerics at n = 1).
+// Timings are printed, not asserted (events, median of 20 after a warm-up): n = 1 as GB/s of
+// the weight bytes its 6 experts (and the shared one) hold, n = 512 in ms per mode.
 TEST_F(BackendOps, MoeExpertsFlash) {
   const Kind kinds[] = {{hc::WType::MXFP4}, {hc::WType::FP8_B128}, {hc::WType::Q8_0},
                         {hc::WType::GGML_BLOCK, GgmlType::Q2_K}};
+  const Kind q8{hc::WType::Q8_0};
   for (const Kind& kd : kinds) {
     const bool full = kd.type == hc::WType::MXFP4 || kd.type == hc::WType::FP8_B128;  // prefill checked too
-    const Problem p(ctx(), kd, 256, 6, 4096, 2048, 42000 + static_cast<int>(kd.type) * 10);
+    const Problem p(ctx(), kd, 256, 6, 4096, 2048, 42000 + static_cast<int>(kd.type) * 10,
+                    kd.type == hc::WType::MXFP4 ? &q8 : nullptr);
+    const std::string name = kd.name() + (p.sh ? "+Q8_0" : "");
+    const double routed = static_cast<double>(p.k) * (p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
+    const double shared = p.sh ? static_cast<double>(p.sh->w1.bytes.size() * 2 + p.sh->w2.bytes.size()) : 0.0;
     for (int64_t n : {1, 512}) {
-      if (n == 1 || full) check_problem(ctx(), p, kd.name(), n, 42500 + n);
+      if (n == 1 || full) check_problem(ctx(), p, name, n, 42500 + n, false, n == 1, false);
       Bufs r(ctx(), p, p.input(n, 42700), n, make_routing(n, p.k, p.E, 42600 + n));
       for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
         if (n == 1 && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
-        const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, m); });
-        const double bytes = static_cast<double>(p.k) * (p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
+        const double ms = median_ms(ctx(), [&] {
+          hc::moe_experts(ctx(), p.d1.view, p.d3.view, p.d2.view, p.E, r.x.p(), n, r.idx.p(), r.wt.p(), p.k, kLimit, m,
+                          r.ws.p(), r.y.p());
+        });
         if (n == 1)
-          std::printf("[moe-timing] %-9s n=1    %.1f us  %.0f GB/s of %.1f MB expert weights\n", kd.name().c_str(),
-                      ms * 1e3, bytes / (ms * 1e-3) / 1e9, bytes / 1e6);
+          std::printf("[moe-timing] %-14s n=1    routed          %6.1f us  %5.0f GB/s of %.1f MB\n", name.c_str(),
+                      ms * 1e3, routed / (ms * 1e-3) / 1e9, routed / 1e6);
         else
-          std::printf("[moe-timing] %-9s n=%-4lld %s %.3f ms\n", kd.name().c_str(), static_cast<long long>(n),
+          std::printf("[moe-timing] %-14s n=%-4lld %s %.3f ms\n", name.c_str(), static_cast<long long>(n),
                       m == hc::GemmMode::F32 ? "f32 " : "bf16", ms);
+      }
+      if (p.sh) {  // routed + shared, reference and model numerics
+        for (bool model : {false, true}) {
+          const hc::GemmMode m = n == 1 ? hc::GemmMode::F32 : hc::GemmMode::Bf16;
+          const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, model); });
+          if (n == 1)
+            std::printf("[moe-timing] %-14s n=1    +shared %-9s %5.1f us  %5.0f GB/s of %.1f MB\n", name.c_str(),
+                        model ? "model" : "reference", ms * 1e3, (routed + shared) / (ms * 1e-3) / 1e9,
+                        (routed + shared) / 1e6);
+          else
+            std::printf("[moe-timing] %-14s n=%-4lld +shared bf16 %-9s %.3f ms\n", name.c_str(),
+                        static_cast<long long>(n), model ? "model" : "reference", ms);
+        }
       }
     }
   }

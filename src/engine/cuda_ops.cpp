@@ -4,8 +4,7 @@
 // the SWA ring, the compressor windows and the compressed entries; the host SequenceState
 // keeps only the counters, which the host knows without asking the GPU (how many rows a
 // window holds, how many entries exist follow from the positions). The forward therefore
-// never waits for the GPU except where the MoE routing is read back (until the device MoE
-// lands) and where the logits are downloaded.
+// never waits for the GPU except where the logits are downloaded.
 #ifdef HS_HAVE_CUDA
 #include <cmath>
 #include <cstring>
@@ -84,6 +83,45 @@ class CudaOps : public Ops {
     ctx_.download(host, src, static_cast<size_t>(n) * 4);
     ctx_.synchronize();
   }
+  // Sampling on the device (cuda::sample): one launch per run of rows with equal parameters
+  // (any greedy rows count as equal), then only the token ids are downloaded.
+  bool can_sample() const override { return true; }
+  bool sample(const float* logits, int64_t rows, int64_t vocab, std::span<const DeviceSampling> specs,
+              int32_t* tokens_host) override {
+    HS_CHECK(static_cast<int64_t>(specs.size()) == rows, "sample: ", specs.size(), " specs for ", rows, " rows");
+    if (rows <= 0) return true;
+    auto prof = prof_.scope("sample");
+    auto params = [](const DeviceSampling& d) {
+      const bool greedy = d.temperature <= 0.f || d.top_k == 1;
+      return greedy ? cuda::SamplingParams{0.f, 0, 1.f, 0.f} : cuda::SamplingParams{d.temperature, d.top_k, d.top_p, d.min_p};
+    };
+    const size_t m = mark();
+    auto* out = reinterpret_cast<int32_t*>(alloc(rows));
+    for (int64_t r = 0; r < rows;) {
+      const cuda::SamplingParams sp = params(specs[static_cast<size_t>(r)]);
+      std::vector<float> u;
+      int64_t e = r;
+      for (; e < rows; ++e) {
+        const cuda::SamplingParams q = params(specs[static_cast<size_t>(e)]);
+        if (q.temperature != sp.temperature || q.top_k != sp.top_k || q.top_p != sp.top_p || q.min_p != sp.min_p) break;
+        u.push_back(specs[static_cast<size_t>(e)].u);
+      }
+      cuda::sample(ctx_, logits + r * vocab, e - r, vocab, sp, u, out + r);
+      r = e;
+    }
+    ctx_.download(tokens_host, out, static_cast<size_t>(rows) * 4);
+    ctx_.synchronize();
+    release_to(m);
+    return true;
+  }
+  void* send_to(Ops& dst, float* dst_ptr, const float* src, int64_t n) override {
+    auto* other = dynamic_cast<CudaOps*>(&dst);
+    if (!other) return nullptr;
+    return ctx_.send(other->ctx_, dst_ptr, src, static_cast<size_t>(n) * 4);
+  }
+  void accept(void* token) override { ctx_.accept(static_cast<cudaEvent_t>(token)); }
+  int device_index() const override { return ctx_.device(); }
+  void synchronize() override { ctx_.synchronize(); }
 
   // ---- dense ops
   void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) override {
@@ -254,8 +292,9 @@ class CudaOps : public Ops {
     }
   }
 
-  // MoE with the rounding points of CpuOps::moe under model numerics (FP8 expert inputs, BF16
-  // expert outputs); the FP8 input quantisation is per row, so it is done once before routing.
+  // MoE: router and routing on the device, then cuda::moe_experts for the routed and the shared
+  // experts, with the rounding points of CpuOps::moe under model numerics (the FP8 input
+  // quantisation is per row, so it is done once before the experts). Nothing waits for the host.
   void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
            Numerics num, float* y) override {
     auto prof = prof_.scope("moe", [&] { return " n" + std::string(n > 8 ? ">8" : "<=8"); });
@@ -265,11 +304,12 @@ class CudaOps : public Ops {
     const size_t m0 = mark();
     float* logits = alloc(n * E);
     cuda::matmul(ctx_, weight(w.gate), x, n, logits, gemm_mode());
-    const int32_t* dtok = upload_i32(tokens, n);
+    const bool hash = !w.tid2eid.empty();
+    const int32_t* dtok = hash ? upload_i32(tokens, n) : nullptr;  // only hash layers read the tokens
     int32_t* didx = reinterpret_cast<int32_t*>(alloc(n * K));
     float* dw = alloc(n * K);
     cuda::moe_route(ctx_, logits, n, E, K, w.gate_bias.empty() ? nullptr : vec(w.gate_bias),
-                    w.tid2eid.empty() ? nullptr : ivec(w.tid2eid), dtok, c.route_scale, didx, dw);
+                    hash ? ivec(w.tid2eid) : nullptr, dtok, c.route_scale, didx, dw);
     const float* xin = x;
     if (model) {
       float* xq = alloc(n * D);
@@ -277,27 +317,10 @@ class CudaOps : public Ops {
       act_quant_fp8(xq, n, D);
       xin = xq;
     }
-    float* g = alloc(n * I);
-    float* u = alloc(n * I);
-    float* h = alloc(n * I);
-    float* d = alloc(n * D);
-    if (model) {
-      // The device MoE has no model-numerics rounding points yet (FP8 h, BF16 expert outputs):
-      // the per-expert path keeps them, at the cost of reading the routing back.
-      routed_experts(w, c, xin, n, didx, dw, model, g, u, h, d, y);
-    } else {
-      void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
-      cuda::moe_experts(ctx_, weight(w.w1), weight(w.w3), weight(w.w2), E, xin, n, didx, dw, K, c.swiglu_limit,
-                        gemm_mode(), ws, y);
-    }
-    cuda::matmul(ctx_, weight(w.sh_w1), xin, n, g, gemm_mode());
-    cuda::matmul(ctx_, weight(w.sh_w3), xin, n, u, gemm_mode());
-    cuda::swiglu_clamp(ctx_, g, u, n * I, c.swiglu_limit, h);
-    if (model) act_quant_fp8(h, n, I);
-    cuda::matmul(ctx_, weight(w.sh_w2), h, n, d, gemm_mode());
-    if (model) round_bf16(d, n * D);
-    cuda::add(ctx_, y, d, n * D);
-    if (model) round_bf16(y, n * D);
+    void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
+    const cuda::MoeShared shared{weight(w.sh_w1), weight(w.sh_w3), weight(w.sh_w2)};
+    cuda::moe_experts(ctx_, weight(w.w1), weight(w.w3), weight(w.w2), E, xin, n, didx, dw, K, c.swiglu_limit,
+                      gemm_mode(), ws, y, &shared, model);
     release_to(m0);
   }
 
@@ -324,48 +347,6 @@ class CudaOps : public Ops {
     cuda::DeviceBuffer buf;
     size_t top = 0;
   };
-
-  // y = sum over each token's routed experts (idx/wt: device [n, K]) in ascending expert id.
-  // Reads the routing back and runs each used expert over its tokens (g/u/h [n, I], d [n, D]
-  // are scratch).
-  void routed_experts(const LayerWeights& w, const ModelConfig& c, const float* x, int64_t n, const int32_t* didx,
-                      const float* dw, bool model, float* g, float* u, float* h, float* d, float* y) {
-    const int E = c.n_experts, K = c.n_active_experts;
-    const int64_t D = c.dim, I = c.moe_inter;
-    std::vector<int32_t> idx(static_cast<size_t>(n * K));
-    std::vector<float> wt(idx.size());
-    ctx_.download(idx.data(), didx, idx.size() * 4);
-    ctx_.download(wt.data(), dw, wt.size() * 4);
-    ctx_.synchronize();
-    ctx_.fill_bytes(y, 0, static_cast<size_t>(n * D) * 4);
-    float* xs = alloc(n * D);
-    for (int e = 0; e < E; ++e) {  // ascending expert id, as the CPU reference adds them
-      std::vector<int32_t> toks;
-      std::vector<float> tw;
-      for (int64_t t = 0; t < n; ++t)
-        for (int k = 0; k < K; ++k)
-          if (idx[static_cast<size_t>(t * K + k)] == e) {
-            toks.push_back(static_cast<int32_t>(t));
-            tw.push_back(wt[static_cast<size_t>(t * K + k)]);
-          }
-      if (toks.empty()) continue;
-      const int64_t mm = static_cast<int64_t>(toks.size());
-      const size_t m1 = mark();
-      const int32_t* dt = upload_i32(toks.data(), mm);
-      float* dwt = alloc(mm);
-      upload(dwt, tw.data(), mm);
-      cuda::gather_rows(ctx_, x, dt, mm, D, xs);
-      cuda::matmul(ctx_, weight(w.w1).slice_rows(e * I, I), xs, mm, g, gemm_mode());
-      cuda::matmul(ctx_, weight(w.w3).slice_rows(e * I, I), xs, mm, u, gemm_mode());
-      cuda::swiglu_clamp(ctx_, g, u, mm * I, c.swiglu_limit, h);
-      cuda::scale_rows(ctx_, h, dwt, mm, I);  // the routing weight, before w2 (spec §6.5)
-      if (model) act_quant_fp8(h, mm, I);
-      cuda::matmul(ctx_, weight(w.w2).slice_rows(e * D, D), h, mm, d, gemm_mode());
-      if (model) round_bf16(d, mm * D);
-      cuda::scatter_add_rows(ctx_, d, dt, nullptr, mm, D, y);
-      release_to(m1);
-    }
-  }
 
   std::string describe(const Mat& W, int64_t n) {  // a profile row: shape, device type, path
     std::string s = " ";  // (appends: GCC 12 warns falsely on a + chain here)

@@ -142,18 +142,17 @@ void DeviceContext::upload(void* dst, const void* src, size_t bytes) {
     HS_CUDA_CHECK(cudaHostAlloc(&upload_ring_, kUploadSegment * kUploadSegments, cudaHostAllocPortable));
     for (auto& e : upload_events_) HS_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
-  size_t seg = upload_head_ / kUploadSegment;
-  if (upload_head_ % kUploadSegment + bytes > kUploadSegment) {  // does not fit: take the next segment
-    HS_CUDA_CHECK(cudaEventRecord(upload_events_[seg], stream_));  // copies out of `seg` end here
-    seg = (seg + 1) % kUploadSegments;
-    upload_head_ = seg * kUploadSegment;
+  if (upload_off_ + bytes > kUploadSegment) {  // does not fit: take the next segment
+    HS_CUDA_CHECK(cudaEventRecord(upload_events_[upload_seg_], stream_));  // copies out of it end here
+    upload_seg_ = (upload_seg_ + 1) % kUploadSegments;
+    upload_off_ = 0;
     // Its last copies were queued one lap ago; normally long done.
-    HS_CUDA_CHECK(cudaEventSynchronize(upload_events_[seg]));
+    HS_CUDA_CHECK(cudaEventSynchronize(upload_events_[upload_seg_]));
   }
-  char* slot = static_cast<char*>(upload_ring_) + upload_head_;
+  char* slot = static_cast<char*>(upload_ring_) + upload_seg_ * kUploadSegment + upload_off_;
   std::memcpy(slot, src, bytes);
   HS_CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream_));
-  upload_head_ += (bytes + 255) & ~size_t{255};
+  upload_off_ += (bytes + 255) & ~size_t{255};  // at most kUploadSegment (a multiple of 256)
 }
 
 cudaEvent_t DeviceContext::send(DeviceContext& dst, void* dst_ptr, const void* src, size_t bytes) {

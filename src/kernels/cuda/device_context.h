@@ -182,7 +182,7 @@ class DeviceContext {
   std::mutex upload_mu_;
   void* upload_ring_ = nullptr;
   cudaEvent_t upload_events_[kUploadSegments] = {};
-  size_t upload_head_ = 0;
+  size_t upload_seg_ = 0, upload_off_ = 0;  // the segment in use, the next free byte in it
   std::mutex attr_mu_;
   std::map<const void*, size_t> smem_set_;
   std::map<std::pair<const void*, std::pair<int, size_t>>, int> occupancy_;

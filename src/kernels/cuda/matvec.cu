@@ -1,5 +1,11 @@
 // Matrix-vector and matrix-matrix products against weights of every supported storage type.
 //
+// n == 1 on small matrices and the FP8 LM head (mv1_ok): rowstream.cuh. A warp owns one
+// 1024-element K-slice of the input in registers and walks RB rows of its block; a block is G
+// row groups x (slices) warps, and the slices of a row are summed in shared memory in order. RB
+// is picked so that the grid has enough warps to keep ~16 per SM busy (small matrices: one step
+// of rows per warp).
+//
 // n <= 8 (decode): weight streaming. A block of 8 warps keeps x (all n columns, f32) in shared
 // memory and walks row groups (persistent grid). Each warp owns R rows and one of S K-splits:
 // every lane loads one 16-byte chunk of each of its R rows per step (coalesced, L1 bypassed),
@@ -20,6 +26,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/rowstream.cuh"
 #include "kernels/cuda/weights.cuh"
 
 namespace hs::cuda {
@@ -208,6 +215,110 @@ void launch_matvec_r(DeviceContext& ctx, MvArgs a, int groups) {
   HS_CUDA_CHECK_LAUNCH();
 }
 
+// ---- n == 1: the input in registers (rowstream.cuh)
+
+constexpr int kMv1MaxRows = 64;  // RB: rows per warp
+constexpr int kMv1MaxWarps = 16;
+
+struct Mv1Args {
+  const uint8_t* w;
+  const uint8_t* s;
+  const float* x;
+  float* y;
+  int64_t rows, cols, x_group;  // rows per group; x offset between groups (floats)
+  int nsl, G, rb;               // K-slices, row groups per block, rows per warp
+};
+
+template <WType T>
+__global__ void __launch_bounds__(kMv1MaxWarps * 32) mv1_kernel(Mv1Args a) {
+  using R = Rs<T>;
+  constexpr int KR = R::kRows;
+  __shared__ float red[kMv1MaxWarps][kMv1MaxRows];
+  const int warp = threadIdx.x >> 5, sl = warp % a.nsl, g = warp / a.nsl;
+  const int64_t group = blockIdx.y, row_base = group * a.rows;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * a.G * a.rb + g * a.rb;
+  const int64_t rb = row_bytes<T>(a.cols), C = a.cols / R::E;
+  float xr[32];
+  rs_load_x<T>(a.x + group * a.x_group, a.cols, sl, xr);
+  const ScaleRef sref{a.s, a.cols};
+#pragma unroll 1
+  for (int v0 = 0; v0 < a.rb; v0 += KR) {
+    const uint8_t* rp[KR];
+    int64_t gr[KR];
+#pragma unroll
+    for (int i = 0; i < KR; ++i) {
+      gr[i] = row_base + min64(r0 + v0 + i, a.rows - 1);  // past the end: computed, not stored
+      rp[i] = a.w + gr[i] * rb;
+    }
+    float acc[KR];
+    rs_step<T>(rp, gr, sref, C, sl, xr, acc);
+    int ri;
+    const float v = rs_reduce<KR>(acc, ri);
+    if (rs_writer<KR>()) red[warp][v0 + ri] = v;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.G * a.rb; i += blockDim.x) {
+    const int gg = i / a.rb, r = i - gg * a.rb;
+    const int64_t row = static_cast<int64_t>(blockIdx.x) * a.G * a.rb + i;
+    if (row >= a.rows) continue;
+    float v = 0.f;
+    for (int k = 0; k < a.nsl; ++k) v += red[gg * a.nsl + k][r];
+    a.y[row_base + row] = v;
+  }
+}
+
+// Whether matmul's n == 1 takes the register-input kernel. Measured on an H200 against the
+// shared-memory kernel (docs/performance.md, bench_matvec_cuda --variants): it wins on small
+// matrices with wide rows (one step of rows per warp covers them: wq_a, wkv, the router, the
+// expert-sized Q8_0/FP8 ones) and on the FP8 LM head, and loses on MXFP4 (bound by the nibble
+// decode either way), on narrow rows (wq_b's 1024) and on the mid-size 2-byte and F32 matrices.
+bool mv1_ok(const WeightView& W) {
+  if (W.type == WType::GGML_BLOCK || W.type == WType::MXFP4 || W.cols < 4096 ||
+      rs_slices(W.cols) > kMv1MaxWarps)
+    return false;
+  const int64_t bytes = W.data_bytes() + W.scale_bytes();
+  const bool small = bytes <= (int64_t{10} << 20);
+  if (W.type == WType::F16 || W.type == WType::BF16) return small && W.rows >= 1024;
+  return small || (W.type == WType::FP8_B128 && W.rows >= 65536);
+}
+
+template <WType T>
+void launch_mv1_t(DeviceContext& ctx, const WeightView& W, const float* x, float* y, int groups,
+                  int64_t rows_per_group, int64_t x_group) {
+  constexpr int KR = Rs<T>::kRows;
+  Mv1Args a{};
+  a.w = static_cast<const uint8_t*>(W.data);
+  a.s = static_cast<const uint8_t*>(W.scales);
+  a.x = x;
+  a.y = y;
+  a.rows = rows_per_group;
+  a.cols = W.cols;
+  a.x_group = x_group;
+  a.nsl = static_cast<int>(rs_slices(W.cols));
+  a.G = std::max(1, 8 / a.nsl);
+  // Rows per warp: as many as keep >= 16 warps per SM in the grid, between one step and 64.
+  const int64_t want = rows_per_group * groups * a.nsl / (16LL * ctx.sm_count());
+  a.rb = static_cast<int>(std::clamp<int64_t>(want / KR * KR, KR, kMv1MaxRows));
+  const int64_t brows = static_cast<int64_t>(a.G) * a.rb;
+  const dim3 grid(static_cast<unsigned>((rows_per_group + brows - 1) / brows), static_cast<unsigned>(groups));
+  mv1_kernel<T><<<grid, 32 * a.nsl * a.G, 0, ctx.stream()>>>(a);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mv1(DeviceContext& ctx, const WeightView& W, const float* x, float* y, int groups, int64_t rows_per_group,
+                int64_t x_group) {
+  switch (W.type) {
+    case WType::F32: return launch_mv1_t<WType::F32>(ctx, W, x, y, groups, rows_per_group, x_group);
+    case WType::F16: return launch_mv1_t<WType::F16>(ctx, W, x, y, groups, rows_per_group, x_group);
+    case WType::BF16: return launch_mv1_t<WType::BF16>(ctx, W, x, y, groups, rows_per_group, x_group);
+    case WType::Q8_0: return launch_mv1_t<WType::Q8_0>(ctx, W, x, y, groups, rows_per_group, x_group);
+    case WType::FP8_B128: return launch_mv1_t<WType::FP8_B128>(ctx, W, x, y, groups, rows_per_group, x_group);
+    case WType::MXFP4: return launch_mv1_t<WType::MXFP4>(ctx, W, x, y, groups, rows_per_group, x_group);
+    case WType::GGML_BLOCK: break;
+  }
+  fail("matvec: no n == 1 register-input kernel for ", wtype_name(W.type));
+}
+
 // Rows per warp by default: enough reuse of each x value loaded from shared memory, few
 // enough registers for the occupancy that hides the load latency.
 template <WType T>
@@ -250,6 +361,7 @@ void matvec_dispatch(DeviceContext& ctx, const WeightView& W, const float* x, in
       optin > reserve ? static_cast<int64_t>((optin - reserve) / (static_cast<size_t>(W.cols) * sizeof(float))) : 0;
   HS_CHECK(fit >= 1, "matvec: input width ", W.cols, " does not fit in shared memory");
   const int64_t cap = fit >= 8 ? 8 : fit >= 4 ? 4 : fit >= 2 ? 2 : 1;  // the kernels take 1, 2, 4 or 8 columns
+  if (n == 1 && rpw == 0 && mv1_ok(W)) return launch_mv1(ctx, W, x, y, groups, rows_per_group, x_group);
   for (int64_t t0 = 0; t0 < n;) {
     const int64_t nb = std::min<int64_t>(n - t0, cap);
     MvArgs a{};

@@ -7,7 +7,11 @@
 // goes to [t, rank, :], rank = the slot's place in ascending expert order. Down: row groups per
 // token over a virtual input row, the token's k h vectors in that order (segment s reads expert
 // seg_e[s] of w2), so the sum over slots is one dot product in a fixed order. GGUF blocks: the
-// same, each step's bytes staged per warp in shared memory, decoded by quant_decode.cuh.
+// same, each step's bytes staged per warp in shared memory, decoded by quant_decode.cuh. Model
+// numerics: the gate/up kernel also lists each token's experts in ascending order, the down
+// kernel then runs one slot per row group (expert of that list against its h row) and a last
+// kernel adds the slot rows, each rounded to bf16, in that order. The shared expert is one more
+// slot (expert 0 of its own weights, weight 1), its down projection added to y in the epilogue.
 //
 // Prefill (n > 8): a one-block counting sort groups the (token, slot) pairs by expert into items
 // of <= 16 tokens. A persistent kernel walks (item, row tile) units; a warp owns two 16-row
@@ -28,6 +32,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/quant_decode.cuh"
+#include "kernels/cuda/quant_sim.cuh"
+#include "kernels/cuda/quant_sim_cuda.h"
 #include "kernels/cuda/weights.cuh"
 
 #define HS_UNROLL _Pragma("unroll")
@@ -122,12 +128,16 @@ struct DecArgs {
   const uint8_t *wa, *wb, *sa, *sb;  // w1 and w3 (gate/up) or w2 (down), and their scales
   const uint8_t *wa_end, *wb_end;    // ends of the views (edge loads of GGUF blocks)
   const float* x;                    // gate/up: x [n, D]; down: h [n, k, I]
-  const int32_t* idx;
+  const int32_t* idx;                // [n, k]; nullptr: the shared expert (expert 0, weight 1)
   const float* weight;
   float* out;  // gate/up: h [n, k, I]; down: y [n, D]
+  int32_t* idx_sorted;  // gate/up, optional: [n, k] the token's experts in ascending order
   int64_t rows, L;  // output rows per expert, input width of one segment
   int k, E, splits, seg_per_piece;
   float limit;
+  bool round_seg;   // down with k == 1: the row rounded to bf16 (model numerics)
+  bool accumulate;  // down: out += the row (the shared expert)
+  bool round_out;   // down: out rounded to bf16 at the end
 };
 
 // x . (16-byte chunk c of each of NS rows), unscaled (matvec.cu's mv_chunk for one column).
@@ -174,9 +184,12 @@ __global__ void __launch_bounds__(kThreads) dec_kernel(DecArgs a) {
   if constexpr (Src::kGgml) tabs = stage_tables<Src::kType>(smem);
   const int64_t q = blockIdx.y, t = GU ? q / a.k : q;
   if (static_cast<int>(threadIdx.x) < a.k) {  // the token's experts in ascending order
-    const int j = threadIdx.x, r = slot_rank(a.idx + t * a.k, a.k, j, a.E);
-    seg_e[r] = clamp_e(a.idx[t * a.k + j], a.E);
-    if (GU && t * a.k + j == q) s_rank = r, s_w = a.weight[q];
+    const int j = threadIdx.x, r = a.idx ? slot_rank(a.idx + t * a.k, a.k, j, a.E) : j;
+    seg_e[r] = a.idx ? clamp_e(a.idx[t * a.k + j], a.E) : 0;
+    if (GU && t * a.k + j == q) {
+      s_rank = r, s_w = a.idx ? a.weight[q] : 1.0f;
+      if (a.idx_sorted && blockIdx.x == 0) a.idx_sorted[t * a.k + r] = seg_e[r];
+    }
   }
   __syncthreads();  // also publishes the tables
   const int nseg = GU ? 1 : a.k;
@@ -292,8 +305,14 @@ __global__ void __launch_bounds__(kThreads) dec_kernel(DecArgs a) {
     va += red[gg * S + s][r];
     if constexpr (GU) vb += red[gg * S + s][R + r];
   }
-  if constexpr (GU) a.out[(t * a.k + s_rank) * a.rows + row] = s_w * swiglu(va, vb, a.limit);
-  else a.out[t * a.rows + row] = va;
+  if constexpr (GU) {
+    a.out[(t * a.k + s_rank) * a.rows + row] = s_w * swiglu(va, vb, a.limit);
+  } else {
+    float* o = a.out + t * a.rows + row;
+    if (a.round_seg) va = bf16_round(va);
+    if (a.accumulate) va = *o + va;
+    *o = a.round_out ? bf16_round(va) : va;
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -589,9 +608,10 @@ __global__ void __launch_bounds__(kThreads, 1) pf_kernel(PfArgs a) {
   }
 }
 
-// y[t, :] = sum of the token's slot rows of d in ascending expert id.
+// y[t, :] = sum of the token's slot rows of d in ascending expert id (round: each row rounded
+// to bf16 first, model numerics).
 __global__ void __launch_bounds__(kThreads) moe_reduce_kernel(const float* d, const int* pos_of, const int32_t* idx,
-                                                              int k, int E, int64_t D, float* y) {
+                                                              int k, int E, int64_t D, bool round, float* y) {
   __shared__ int order[kMoeMaxK];
   const int64_t t = blockIdx.x;
   if (static_cast<int>(threadIdx.x) < k)
@@ -600,7 +620,24 @@ __global__ void __launch_bounds__(kThreads) moe_reduce_kernel(const float* d, co
   for (int64_t c = threadIdx.x; c < D / 4; c += blockDim.x) {
     float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int j = 0; j < k; ++j) {
-      const float4 v = reinterpret_cast<const float4*>(d + static_cast<int64_t>(order[j]) * D)[c];
+      float4 v = reinterpret_cast<const float4*>(d + static_cast<int64_t>(order[j]) * D)[c];
+      if (round) v = make_float4(bf16_round(v.x), bf16_round(v.y), bf16_round(v.z), bf16_round(v.w));
+      s = make_float4(s.x + v.x, s.y + v.y, s.z + v.z, s.w + v.w);
+    }
+    reinterpret_cast<float4*>(y + t * D)[c] = s;
+  }
+}
+
+// y[t, :] = sum over r < k of d[t * k + r, :] in r order (decode, the token's slot rows already
+// in ascending expert id), each rounded to bf16 first when round (model numerics).
+__global__ void __launch_bounds__(kThreads) slot_sum_kernel(const float* d, int k, int64_t D, bool round, float* y) {
+  const int64_t t = blockIdx.y;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < D / 4;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int r = 0; r < k; ++r) {
+      float4 v = reinterpret_cast<const float4*>(d + (t * k + r) * D)[c];
+      if (round) v = make_float4(bf16_round(v.x), bf16_round(v.y), bf16_round(v.z), bf16_round(v.w));
       s = make_float4(s.x + v.x, s.y + v.y, s.z + v.z, s.w + v.w);
     }
     reinterpret_cast<float4*>(y + t * D)[c] = s;
@@ -651,16 +688,19 @@ void check_view(const WeightView& w, const char* name, int64_t rows, int64_t col
   HS_CHECK(reinterpret_cast<uintptr_t>(w.data) % 16 == 0, "moe_experts: ", name, " data must be 16-byte aligned");
 }
 
-struct WsLayout { size_t h = 0, d = 0, perm = 0, pos = 0, items = 0, n_items = 0, total = 0; };
+// h: the routed rows [n * k, I] then the shared expert's [n, I]; gs/us/ds: the shared expert's
+// g, u [n, I] and output [n, D] when it takes matmul; d .. n_items: the sorted path.
+// (decode: d holds the per-slot rows [n * k, D] and perm the experts in ascending order [n, k]).
+struct WsLayout { size_t h = 0, gs = 0, us = 0, ds = 0, d = 0, perm = 0, pos = 0, items = 0, n_items = 0, total = 0; };
 int64_t max_items(int64_t nk, int E) { return (nk + kTok - 1) / kTok + std::min<int64_t>(E, nk); }
 WsLayout ws_layout(int64_t n, int k, int64_t D, int64_t I, int E) {
   WsLayout w;
   const int64_t nk = n * k;
   auto take = [&](int64_t b) { return std::exchange(w.total, w.total + static_cast<size_t>((b + 255) / 256 * 256)); };
-  w.h = take(nk * I * 4);
-  if (n > kMatvecMaxCols)  // (comma operator: left to right)
-    w.d = take(nk * D * 4), w.perm = take(nk * 4), w.pos = take(nk * 4), w.items = take(max_items(nk, E) * 16),
-    w.n_items = take(4);
+  // (comma operator: left to right)
+  w.h = take((nk + n) * I * 4), w.gs = take(n * I * 4), w.us = take(n * I * 4), w.ds = take(n * D * 4);
+  w.d = take(nk * D * 4), w.perm = take(nk * 4), w.pos = take(nk * 4), w.items = take(max_items(nk, E) * 16),
+  w.n_items = take(4);
   return w;
 }
 
@@ -730,7 +770,7 @@ size_t moe_experts_workspace_bytes(int64_t n, int k, int64_t D, int64_t I, int n
 
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
                  const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
-                 GemmMode mode, void* workspace, float* y) {
+                 GemmMode mode, void* workspace, float* y, const MoeShared* shared, bool model) {
   const int E = n_experts;
   HS_CHECK(k >= 1 && k <= kMoeMaxK, "moe_experts: k must be 1..", kMoeMaxK, ", got ", k);
   HS_CHECK(E >= 1 && E <= kMoeMaxExperts, "moe_experts: n_experts must be 1..", kMoeMaxExperts, ", got ", E);
@@ -743,6 +783,14 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   check_view(w2, "w2", E * D, I, D);
   HS_CHECK(w1.type == w3.type && (w1.type != WType::GGML_BLOCK || w1.ggml == w3.ggml),
            "moe_experts: w1 and w3 must have one type, got ", wtype_name(w1.type), " and ", wtype_name(w3.type));
+  if (shared) {
+    check_view(shared->w1, "shared w1", I, D, I);
+    check_view(shared->w3, "shared w3", I, D, I);
+    check_view(shared->w2, "shared w2", D, I, D);
+    HS_CHECK(shared->w1.type == shared->w3.type &&
+                 (shared->w1.type != WType::GGML_BLOCK || shared->w1.ggml == shared->w3.ggml),
+             "moe_experts: shared w1 and w3 must have one type");
+  }
   if (n == 0) return;
   HS_CHECK(x && y && idx && weight, "moe_experts: null input or output");
   HS_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0,
@@ -752,36 +800,90 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   DeviceGuard guard(ctx.device());
   const WsLayout L = ws_layout(n, k, D, I, E);
   uint8_t* ws = static_cast<uint8_t*>(workspace);
-  float* h = reinterpret_cast<float*>(ws + L.h);
+  auto fws = [&](size_t off) { return reinterpret_cast<float*>(ws + off); };
+  float* h = fws(L.h);  // routed rows, then the shared expert's
+  float* hs = h + n * k * I;
+  const int64_t nk = n * k;
 
-  if (n <= kMatvecMaxCols) {
-    DecArgs a{};
-    set_weights(a, w1, w3);
-    a.x = x, a.idx = idx, a.weight = weight, a.out = h, a.rows = I, a.L = D, a.k = k, a.E = E, a.limit = limit;
-    with_src(w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, a, n * k); });
-    set_weights(a, w2, w2);
-    a.x = h, a.out = y, a.rows = D, a.L = I;
-    with_src(w2, [&](auto tag) { launch_dec<typename decltype(tag)::type, 4, false>(ctx, a, n); });
-    return;
+  // Routed experts. Decode (n <= 8): the streaming kernels; the down projection sums the slots
+  // of a token as one dot product over the concatenated h rows in ascending expert id, or, under
+  // model numerics, writes each slot's row (the gate/up kernel lists the experts in that order)
+  // and slot_sum_kernel rounds and adds them. Prefill: the sorted path.
+  const bool decode = n <= kMatvecMaxCols;
+  float* d = fws(L.d);
+  int* perm = reinterpret_cast<int*>(ws + L.perm);
+  int* pos = reinterpret_cast<int*>(ws + L.pos);
+  DecArgs ra{};
+  if (decode) {
+    set_weights(ra, w1, w3);
+    ra.x = x, ra.idx = idx, ra.weight = weight, ra.out = h, ra.rows = I, ra.L = D, ra.k = k, ra.E = E, ra.limit = limit;
+    ra.idx_sorted = model ? perm : nullptr;
+    with_src(w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, ra, nk); });
+  } else {
+    const int64_t mi = max_items(nk, E);
+    int4* items = reinterpret_cast<int4*>(ws + L.items);
+    int* n_items = reinterpret_cast<int*>(ws + L.n_items);
+    moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, perm, pos, items, n_items);
+    HS_CUDA_CHECK_LAUNCH();
+    PfArgs p{};
+    set_weights(p, w1, w3);
+    p.x = x, p.perm = perm, p.weight = weight, p.items = items, p.n_items = n_items, p.out = h;
+    p.rows = I, p.cols = D, p.k = k, p.n_rt = static_cast<int>((I + 127) / 128), p.limit = limit;
+    launch_pf<true>(ctx, w1, p, mode, p.n_rt * mi);
+    if (model) act_quant_fp8(ctx, h, nk, I);
+    set_weights(p, w2, w2);
+    p.x = h, p.out = d, p.rows = D, p.cols = I, p.n_rt = static_cast<int>((D + 255) / 256);
+    launch_pf<false>(ctx, w2, p, mode, p.n_rt * mi);
   }
 
-  const int64_t nk = n * k, mi = max_items(nk, E);
-  float* d = reinterpret_cast<float*>(ws + L.d);
-  int *perm = reinterpret_cast<int*>(ws + L.perm), *pos = reinterpret_cast<int*>(ws + L.pos);
-  int4* items = reinterpret_cast<int4*>(ws + L.items);
-  int* n_items = reinterpret_cast<int*>(ws + L.n_items);
-  moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, perm, pos, items, n_items);
-  HS_CUDA_CHECK_LAUNCH();
-  PfArgs p{};
-  set_weights(p, w1, w3);
-  p.x = x, p.perm = perm, p.weight = weight, p.items = items, p.n_items = n_items, p.out = h;
-  p.rows = I, p.cols = D, p.k = k, p.n_rt = static_cast<int>((I + 127) / 128), p.limit = limit;
-  launch_pf<true>(ctx, w1, p, mode, p.n_rt * mi);
-  set_weights(p, w2, w2);
-  p.x = h, p.out = d, p.rows = D, p.cols = I, p.n_rt = static_cast<int>((D + 255) / 256);
-  launch_pf<false>(ctx, w2, p, mode, p.n_rt * mi);
-  moe_reduce_kernel<<<static_cast<unsigned>(n), kThreads, 0, ctx.stream()>>>(d, pos, idx, k, E, D, y);
-  HS_CUDA_CHECK_LAUNCH();
+  // The shared expert's h (no routing weight), next to the routed rows.
+  const bool sh_dec = shared && decode;
+  DecArgs sa{};
+  if (sh_dec) {
+    set_weights(sa, shared->w1, shared->w3);
+    sa.x = x, sa.out = hs, sa.rows = I, sa.L = D, sa.k = 1, sa.E = 1, sa.limit = limit;
+    with_src(shared->w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, sa, n); });
+  } else if (shared) {
+    matmul(ctx, shared->w1, x, n, fws(L.gs), mode);
+    matmul(ctx, shared->w3, x, n, fws(L.us), mode);
+    swiglu_clamp(ctx, fws(L.gs), fws(L.us), n * I, limit, hs);
+  }
+  if (model) {  // FP8 round trip of the down projections' inputs (the sorted path did its own)
+    if (decode) act_quant_fp8(ctx, h, nk + (shared ? n : 0), I);
+    else if (shared) act_quant_fp8(ctx, hs, n, I);
+  }
+
+  if (decode) {
+    set_weights(ra, w2, w2);
+    ra.x = h, ra.rows = D, ra.L = I;
+    if (!model) {
+      ra.out = y;
+      with_src(w2, [&](auto tag) { launch_dec<typename decltype(tag)::type, 4, false>(ctx, ra, n); });
+    } else {  // one slot per "token": expert perm[t * k + r] against h[t, r]
+      ra.idx = perm, ra.k = 1, ra.out = d, ra.idx_sorted = nullptr;
+      with_src(w2, [&](auto tag) { launch_dec<typename decltype(tag)::type, 4, false>(ctx, ra, nk); });
+      const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
+                      static_cast<unsigned>(n));
+      slot_sum_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, D, true, y);
+      HS_CUDA_CHECK_LAUNCH();
+    }
+  } else {
+    moe_reduce_kernel<<<static_cast<unsigned>(n), kThreads, 0, ctx.stream()>>>(d, pos, idx, k, E, D, model, y);
+    HS_CUDA_CHECK_LAUNCH();
+  }
+
+  // y += the shared expert's output (model numerics: that output and the sum rounded to bf16).
+  if (sh_dec) {
+    set_weights(sa, shared->w2, shared->w2);
+    sa.x = hs, sa.out = y, sa.rows = D, sa.L = I, sa.round_seg = model, sa.accumulate = true, sa.round_out = model;
+    with_src(shared->w2, [&](auto tag) { launch_dec<typename decltype(tag)::type, 4, false>(ctx, sa, n); });
+  } else if (shared) {
+    float* ds = fws(L.ds);
+    matmul(ctx, shared->w2, hs, n, ds, mode);
+    if (model) round_bf16(ctx, ds, n * D);
+    add(ctx, y, ds, n * D);
+    if (model) round_bf16(ctx, y, n * D);
+  }
 }
 
 }  // namespace hs::cuda

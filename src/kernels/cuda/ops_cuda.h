@@ -81,9 +81,10 @@ void grouped_matmul(DeviceContext& ctx, const WeightView& W, int groups, const f
                     GemmMode mode = GemmMode::Auto);
 // Largest n served by the weight-streaming kernels (above it, matmul takes the tiled path).
 constexpr int64_t kMatvecMaxCols = 8;
-// Tuning and validation hook: the weight-streaming path (n <= 8, contiguous x/y) with R rows
-// per warp for n == 1 (R = 1, 2 or 4; 0 = automatic, as matmul chooses). GGML_BLOCK weights
-// have one kernel shape (one row per warp) and ignore R.
+// Tuning and validation hook: the weight-streaming path (n <= 8, contiguous x/y). R = 0:
+// automatic, as matmul chooses (n == 1 with a native type: the kernel with the input in
+// registers); R = 1, 2 or 4: the shared-memory kernel with R rows per warp for n == 1.
+// GGML_BLOCK weights have one kernel shape (one row per warp) and ignore R.
 void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int rows_per_warp);
 
 // ---------------------------------------------------------------------------------------
