@@ -229,6 +229,17 @@ TEST_F(BackendOps, Rope) {
   }
 }
 
+// The device form of one hyper-connection's weights.
+static hc::HcParams hc_params(const float* fn, const float* base, const float* scale, int hc, int64_t dim) {
+  hc::HcParams p;
+  p.fn = fn;
+  p.base = base;
+  p.scale = scale;
+  p.hc = hc;
+  p.dim = dim;
+  return p;
+}
+
 TEST_F(BackendOps, HyperConnections) {
   const int hcm = 4;
   for (int64_t D : {4096, 64}) {
@@ -248,12 +259,7 @@ TEST_F(BackendOps, HyperConnections) {
       std::vector<float> u(static_cast<size_t>(n * D)), post(static_cast<size_t>(n * hcm)),
           comb(static_cast<size_t>(n * hcm * hcm));
       cpu::hc_pre(pool(), cp, X.data(), n, u.data(), post.data(), comb.data());
-      hc::HcParams gp;
-      gp.fn = dfn.p();
-      gp.base = dbase.p();
-      gp.scale = dscale.p();
-      gp.hc = hcm;
-      gp.dim = D;
+      const hc::HcParams gp = hc_params(dfn.p(), dbase.p(), dscale.p(), hcm, D);
       Dev<float> dX(ctx(), X), du(ctx(), u.size()), dpost(ctx(), post.size()), dcomb(ctx(), comb.size());
       du.poison();
       dpost.poison();
@@ -279,10 +285,7 @@ TEST_F(BackendOps, HyperConnections) {
       dX.put(X);
       Dev<float> dh(ctx(), h.size());
       dh.poison();
-      hc::HcParams hp = gp;
-      hp.fn = dhfn.p();
-      hp.base = dhbase.p();
-      hp.scale = dhscale.p();
+      const hc::HcParams hp = hc_params(dhfn.p(), dhbase.p(), dhscale.p(), hcm, D);
       hc::hc_head(ctx(), hp, dX.p(), n, dh.p());
       check("hc_head", "f32", shape, dh.get(), h, 1e-5);
     }
@@ -297,12 +300,7 @@ TEST_F(BackendOps, HyperConnectionsTiming) {
   const int64_t D = 4096, len = hcm * D;
   Dev<float> fn(ctx(), randv(static_cast<size_t>(mix * len), 700, 2.0f / std::sqrt(static_cast<float>(len))));
   Dev<float> base(ctx(), randv(static_cast<size_t>(mix), 701, 0.5f)), scale(ctx(), std::vector<float>{0.8f, 1.3f, 2.0f});
-  hc::HcParams gp;
-  gp.fn = fn.p();
-  gp.base = base.p();
-  gp.scale = scale.p();
-  gp.hc = hcm;
-  gp.dim = D;
+  const hc::HcParams gp = hc_params(fn.p(), base.p(), scale.p(), hcm, D);
   cudaEvent_t a, b;
   HS_CUDA_CHECK(cudaEventCreate(&a));
   HS_CUDA_CHECK(cudaEventCreate(&b));
