@@ -94,6 +94,21 @@ TEST(Pipeline, ResetOnEveryShard) {
   for (const auto& s : seq->shards) EXPECT_EQ(s->n_past, 70);
 }
 
+// Scratch capacity on one device: a small shape (token by token), then a large one (the whole
+// prompt in one chunk), then the small one again, on the same split engine; each run equals a
+// fresh unsplit engine's run of the same shape (so grown, reused scratch changes nothing).
+TEST(Pipeline, ScratchSmallLargeSmall) {
+  const std::string dir = std::string(HS_TEST_DATA) + "/small-bf16";
+  test::Expected e = test::load_expected(dir);
+  const int64_t T = static_cast<int64_t>(e.tokens.size());
+  const std::vector<int64_t> small(static_cast<size_t>(T), 1), large = {T};
+  Engine split(dir, on({"cpu", "cpu"}, {3, 5}));
+  for (const auto* chunks : {&small, &large, &small}) {
+    Engine fresh(dir, EngineOptions{});
+    EXPECT_EQ(test::run(split, e, *chunks), test::run(fresh, e, *chunks)) << chunks->size() << " chunks";
+  }
+}
+
 TEST(Pipeline, OptionErrors) {
   const std::string dir = std::string(HS_TEST_DATA) + "/tiny";
   EXPECT_THROW(Engine(dir, on({"cpu", "cpu"}, {3, 2, 1})), Error);
