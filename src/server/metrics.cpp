@@ -136,6 +136,8 @@ std::string Metrics::render(const EngineView& v) const {
         {"scheduler_requests_total", "counter", "requests admitted by the scheduler", double(s.requests_total)},
         {"prompt_tokens_total", "counter", "prompt tokens of admitted requests (tokens in)", double(s.prompt_tokens_total)},
         {"generation_tokens_total", "counter", "generated tokens (tokens out)", double(s.generated_tokens_total)},
+        {"device_sampled_tokens_total", "counter", "generated tokens sampled on the device (the rest on the host)",
+         double(s.device_sampled_tokens)},
         {"prefill_tokens_processed_total", "counter", "tokens run through prefill steps", double(s.prefill_tokens)},
         {"prefill_seconds_total", "counter", "time spent in prefill steps", s.prefill_seconds},
         {"decode_tokens_processed_total", "counter", "tokens run through decode steps", double(s.decode_tokens)},
