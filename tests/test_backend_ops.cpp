@@ -531,12 +531,18 @@ TEST_F(BackendOps, SwigluClamp) {
 // ---- sampling: a CPU twin with the semantics documented in ops_cuda.h
 
 namespace {
-int32_t sample_ref(const float* logits, int64_t V, const hc::SamplingParams& sp, float u) {
+// The ids a correct sampler may return for u: greedy is exact; otherwise every kept id whose
+// cumulative-mass interval [c - e, c] meets u * z3 +- delta * z3. The device sums in float with a
+// parallel scan, this twin in double; where tens of thousands of ids share the mass (T 1.3 with
+// min_p 0.05 keeps ~40k of 129,280) the two CDFs differ by ~1e-5 relative, so an exact-id check
+// fails on a few percent of draws for no fault. delta = 1e-4 keeps the window to a handful of ids.
+std::vector<int32_t> sample_ref(const float* logits, int64_t V, const hc::SamplingParams& sp, float u,
+                                double delta = 1e-4) {
   if (sp.temperature <= 0.f || sp.top_k == 1) {
     int64_t b = 0;
     for (int64_t i = 1; i < V; ++i)
       if (logits[i] > logits[b]) b = i;
-    return static_cast<int32_t>(b);
+    return {static_cast<int32_t>(b)};
   }
   std::vector<int32_t> order(static_cast<size_t>(V));
   std::iota(order.begin(), order.end(), 0);
@@ -567,12 +573,17 @@ int32_t sample_ref(const float* logits, int64_t V, const hc::SamplingParams& sp,
   }
   double z3 = 0;
   for (int64_t i = 0; i < m3; ++i) z3 += e[static_cast<size_t>(i)];
+  // (The cuts themselves may move by an id or two the same way: the last kept ids count too.)
+  const double lo = (u - delta) * z3, hi = (u + delta) * z3;
+  std::vector<int32_t> ok;
   double c = 0;
-  for (int64_t i = 0; i < m3; ++i) {
+  for (int64_t i = 0; i < std::min<int64_t>(m3 + 2, m); ++i) {
+    const double prev = c;
     c += e[static_cast<size_t>(i)];
-    if (c > u * z3) return order[static_cast<size_t>(i)];
+    if (c >= lo && prev <= hi) ok.push_back(order[static_cast<size_t>(i)]);
   }
-  return order[static_cast<size_t>(m3 - 1)];
+  if (ok.empty()) ok.push_back(order[static_cast<size_t>(m3 - 1)]);
+  return ok;
 }
 }  // namespace
 
@@ -598,6 +609,7 @@ TEST_F(BackendOps, Sampling) {
   int64_t draw = 0;
   for (const Conf& c : confs) {
     int64_t bad = 0;
+    size_t window = 0;  // the most ids a draw's window allowed (1: exact)
     const int draws = c.sp.temperature <= 0.f ? 1 : 16;
     for (int d = 0; d < draws; ++d) {
       std::vector<float> u(static_cast<size_t>(rows));
@@ -605,10 +617,13 @@ TEST_F(BackendOps, Sampling) {
       dout.poison();
       hc::sample(ctx(), dl.p(), rows, V, c.sp, u, dout.p());
       const std::vector<int32_t> got = dout.get();
-      for (int64_t t = 0; t < rows; ++t)
-        bad += got[static_cast<size_t>(t)] != sample_ref(logits.data() + t * V, V, c.sp, u[static_cast<size_t>(t)]);
+      for (int64_t t = 0; t < rows; ++t) {
+        const std::vector<int32_t> ok = sample_ref(logits.data() + t * V, V, c.sp, u[static_cast<size_t>(t)]);
+        bad += std::find(ok.begin(), ok.end(), got[static_cast<size_t>(t)]) == ok.end();
+        window = std::max(window, ok.size());
+      }
     }
-    check_exact("sample", "f32", std::string("V=129280 ") + c.what, bad);
+    check_exact("sample", "f32", std::string("V=129280 ") + c.what + " window<=" + std::to_string(window), bad);
   }
 }
 
