@@ -30,7 +30,7 @@ namespace {
 
 class CudaOps : public Ops {
  public:
-  CudaOps(int device, Numerics numerics) : ctx_(checked(device)), numerics_(numerics), prof_(ctx_.stream()) {}
+  CudaOps(int device, Numerics numerics) : ctx_(checked(device)), numerics_(numerics), prof_(ctx_.stream(), ctx_.device()) {}
   const char* name() const override { return "cuda"; }
 
   // ---- weights: uploaded in stored form as they are loaded; the host copy is dropped

@@ -38,6 +38,7 @@ void CudaOpProfile::enable(bool on) {
 
 cudaEvent_t CudaOpProfile::event() {
   if (free_.empty()) {
+    cuda::DeviceGuard g(device_);
     cudaEvent_t e = nullptr;
     HS_CUDA_CHECK(cudaEventCreate(&e));
     return e;

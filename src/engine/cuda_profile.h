@@ -28,7 +28,8 @@ class CudaOpProfile {
     cudaEvent_t start_ = nullptr;
   };
 
-  explicit CudaOpProfile(cudaStream_t stream) : stream_(stream) {}
+  // The events are made on `device`, the stream's (the calling thread may have another current).
+  CudaOpProfile(cudaStream_t stream, int device) : stream_(stream), device_(device) {}
   ~CudaOpProfile();
   bool on() const { return on_; }
   void enable(bool on);
@@ -48,6 +49,7 @@ class CudaOpProfile {
   void collect();
 
   cudaStream_t stream_;
+  int device_ = 0;
   bool on_ = false;
   int depth_ = 0;
   std::vector<cudaEvent_t> free_;
