@@ -39,9 +39,7 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   o.pipeline_micro_batches = static_cast<int>(std::clamp<long long>(a.get_int("micro-batches", 0), -1, 1 << 20));
   HS_CHECK(o.pipeline_micro_batches >= 1 || !a.has("micro-batches"), "--micro-batches must be at least 1, got ",
            o.pipeline_micro_batches);
-  o.peer_access = a.get_or("peer-access", "auto");
-  HS_CHECK(o.peer_access == "auto" || o.peer_access == "on" || o.peer_access == "off",
-           "--peer-access: expected auto, on or off, got '", o.peer_access, "'");
+  o.peer_access = a.get_or("peer-access", "auto");  // (checked by the engine, before any load)
   return o;
 }
 

@@ -80,8 +80,7 @@ class CudaOps : public Ops {
   }
   void upload(float* dst, const float* host, int64_t n) override { ctx_.upload(dst, host, static_cast<size_t>(n) * 4); }
   void download(float* host, const float* src, int64_t n) override {
-    ctx_.download(host, src, static_cast<size_t>(n) * 4);
-    ctx_.synchronize();
+    ctx_.download(host, src, static_cast<size_t>(n) * 4);  // (waits for the stream)
   }
   // Sampling on the device (cuda::sample): one launch per run of rows with equal parameters
   // (any greedy rows count as equal), then only the token ids are downloaded.
@@ -109,8 +108,7 @@ class CudaOps : public Ops {
       cuda::sample(ctx_, logits + r * vocab, e - r, vocab, sp, u, out + r);
       r = e;
     }
-    ctx_.download(tokens_host, out, static_cast<size_t>(rows) * 4);
-    ctx_.synchronize();
+    ctx_.download(tokens_host, out, static_cast<size_t>(rows) * 4);  // (waits for the stream)
     release_to(m);
     return true;
   }

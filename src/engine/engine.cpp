@@ -75,6 +75,11 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     HS_CHECK(!has_csa || (id > 0 && (id & (id - 1)) == 0), "--numerics model: the indexer's Hadamard rotation needs a "
              "power-of-two index_head_dim, this model has ", id, " (use --numerics reference)");
   }
+  // Options first: a typo must not cost a load of the weights.
+  HS_CHECK(opts.pipeline_micro_batches >= 0, "--micro-batches must be at least 0 (0: automatic), got ",
+           opts.pipeline_micro_batches);
+  HS_CHECK(opts.peer_access == "auto" || opts.peer_access == "on" || opts.peer_access == "off",
+           "--peer-access: expected auto, on or off, got '", opts.peer_access, "'");
   const int model_k = config_.n_active_experts;
   if (opts.expert_top_k > 0) {
     HS_CHECK(opts.expert_top_k <= model_k, "--expert-top-k ", opts.expert_top_k, ": the model routes each token to ",
@@ -125,8 +130,6 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   }
   shard_offset_ = std::max(opts.only_shard, 0);
   for (size_t i = 0; i < ops_.size(); ++i) ops_locks_.push_back(std::make_unique<std::mutex>());
-  HS_CHECK(opts.pipeline_micro_batches >= 0, "--micro-batches must be at least 0 (0: automatic), got ",
-           opts.pipeline_micro_batches);
   // A pipeline pays off only when the shards sit on different devices (ops_ has one backend per device).
   micro_batches_ = opts.pipeline_micro_batches > 0 ? opts.pipeline_micro_batches
                    : ops_.size() >= 2                ? n_shards()
@@ -136,8 +139,6 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
 
 // Which shard boundaries hand the HC state over device to device (EngineOptions::peer_access).
 void Engine::setup_handoffs(const std::string& mode) {
-  HS_CHECK(mode == "auto" || mode == "on" || mode == "off", "--peer-access: expected auto, on or off, got '", mode,
-           "'");
   send_.assign(shards_.size(), false);
   for (size_t s = 0; s + 1 < shards_.size(); ++s) {
     const int a = shards_[s]->ops().device_index(), b = shards_[s + 1]->ops().device_index();
@@ -192,8 +193,9 @@ void Engine::check_items(std::span<const StepItem> items) const {
     HS_CHECK(it.seq->shards.size() == shards_.size(), what, "sequence has ", it.seq->shards.size(),
              " shard states, engine has ", shards_.size(), " shards");
     HS_CHECK(it.n > 0 && it.tokens != nullptr, what, "step needs at least one token");
-    HS_CHECK(it.logits != nullptr || (it.sample && can_sample()), what, "no buffer for the logits given");
-    if (it.sample) {
+    HS_CHECK(!it.output || it.logits != nullptr || (it.sample && can_sample()), what,
+             "no buffer for the logits given");
+    if (it.output && it.sample) {
       HS_CHECK(!it.all_positions, what, "device sampling takes the last position only, not all_positions");
       const DeviceSampling& d = it.sample->spec;
       HS_CHECK(std::isfinite(d.temperature) && d.top_k >= 0 && d.top_p > 0 && d.top_p <= 1 && d.min_p >= 0 &&
@@ -306,9 +308,13 @@ void Engine::write_logits(Micro& mb) {
   std::vector<DeviceSampling> specs;
   int64_t row = 0, wanted = 0;
   for (const StepItem& it : mb.items) {
+    if (!it.output) {
+      row += it.n;
+      continue;
+    }
     const int64_t first = it.all_positions ? row : row + it.n - 1, k = it.all_positions ? it.n : 1;
     add_row_run(runs, first, k);
-    if (it.sample) {
+    if (it.sample) {  // (an item with output)
       it.sample->sampled = device;
       if (device) {
         add_row_run(sample_runs, wanted, 1);
@@ -318,6 +324,7 @@ void Engine::write_logits(Micro& mb) {
     row += it.n;
     wanted += k;
   }
+  if (runs.empty()) return;  // only prefill chunks without output
   const size_t mark = ops.mark();
   const float* H = gather_rows(ops, mb.X.back().data, per, runs);
   float* out = ops.alloc(wanted * V);
@@ -329,10 +336,11 @@ void Engine::write_logits(Micro& mb) {
     HS_CHECK(done, "internal: backend ", ops.name(), " says it can sample but did not");
     size_t j = 0;
     for (const StepItem& it : mb.items)
-      if (it.sample) it.sample->token = tokens[j++];
+      if (it.output && it.sample) it.sample->token = tokens[j++];
   }
   int64_t at = 0;
   for (const StepItem& it : mb.items) {
+    if (!it.output) continue;
     const int64_t k = it.all_positions ? it.n : 1;
     if (!(it.sample && device)) ops.download(it.logits, out + at * V, k * V);
     at += k;

@@ -86,6 +86,9 @@ struct StepItem {
   // Optional (not with all_positions): sample the last position on the device instead of
   // downloading its logits; logits may then be null where can_sample().
   StepSample* sample = nullptr;
+  // false: a prefill chunk whose logits nobody reads (not the prompt's last): the head is not run
+  // for it, and logits/sample are ignored.
+  bool output = true;
 };
 
 class Engine {

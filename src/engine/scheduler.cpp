@@ -208,9 +208,10 @@ void Scheduler::step_once() {
     if (n <= 0) break;  // (only prompt chunks run out of budget: decoders come first)
     const int32_t* tokens = left == 0 ? &s->last : s->req.prompt.data() + s->prompt_done;
     StepItem item{s->seq.get(), tokens, n, s->logits.data(), false};
+    item.output = n == static_cast<int64_t>(left) || left == 0;  // a chunk before the prompt's last: no head
     // The step that ends the prompt, and every decode step, samples a token: on the device
     // where the request allows it, with this token's uniform from the request's generator.
-    if (n == static_cast<int64_t>(left) || left == 0) {
+    if (item.output) {
       const GenerationRequest& q = s->req;
       const SamplingParams& p = q.sampling;
       if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token &&
