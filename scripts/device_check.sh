@@ -30,7 +30,7 @@ for t in "${tests[@]}"; do
   [ $rc -eq 0 ] || status=1
   sum=$(grep -E '^\[  (PASSED|FAILED|SKIPPED)  \] [0-9]+ test' "$out/$t.log" | tr -s ' ' | tr '\n' ' ')
   echo "== $t rc=$rc $(( $(date +%s) - start ))s: $sum"
-  grep -E '^\[(cuda-parity|cuda-model|pipeline-gpu|batch-gpu|device-scratch|split-generate|device-sampling|dist)' \
+  grep -E '^\[(cuda-graph|cuda-parity|cuda-model|pipeline-gpu|batch-gpu|device-scratch|split-generate|device-sampling|dist)' \
     "$out/$t.log" | head -60
   grep -E '^\[  FAILED  \]|Failure|error:' "$out/$t.log" | head -10
 done

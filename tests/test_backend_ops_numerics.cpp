@@ -142,6 +142,81 @@ TEST_F(BackendOps, NumericsRoundBf16) {
   }
 }
 
+// The BF16 rounding points folded into rmsnorm, RoPE, scale and hc_post (one launch each in
+// model numerics) against the unfused sequence round_bf16 -> op -> round_bf16 on the same GPU:
+// the values must be the same bits (same kernels' arithmetic, the rounding exact), for every
+// combination of in/out, at the Flash widths.
+TEST_F(BackendOps, NumericsFusedRounding) {
+  auto fetch = [&](const hc::DeviceBuffer& b, int64_t n) {
+    std::vector<float> h(static_cast<size_t>(n));
+    ctx().synchronize();
+    ctx().download(h.data(), b.data(), h.size() * 4);
+    return h;
+  };
+  auto put = [&](const std::vector<float>& v) {
+    hc::DeviceBuffer b = ctx().alloc(v.size() * 4);
+    ctx().upload(b.data(), v.data(), v.size() * 4);
+    return b;
+  };
+  auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
+    int64_t m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m += std::memcmp(&a[i], &b[i], 4) != 0;
+    return m;
+  };
+  const std::vector<float> inv = cpu::rope_inv_freq_yarn(64, 160000.0f, 16.0f, 65536.0, 32.0f, 1.0f);
+  hc::DeviceBuffer dinv = put(inv);
+  for (const hc::Bf16Round r : {hc::Bf16Round{true, false}, hc::Bf16Round{false, true}, hc::Bf16Round{true, true}}) {
+    const std::string tag = std::string(r.in ? "in" : "") + (r.out ? "out" : "");
+    // rmsnorm over 3 rows of 4096 (weighted, out of place) and 64 heads of 512 (unweighted, in place)
+    for (const bool weighted : {true, false}) {
+      const int64_t rows = weighted ? 3 : 64, d = weighted ? 4096 : 512;
+      const std::vector<float> x = randv(static_cast<size_t>(rows * d), 1400 + weighted, 3.0f);
+      const std::vector<float> w = randv(static_cast<size_t>(d), 1410);
+      hc::DeviceBuffer dw = put(w), xa = put(x), xb = put(x), ya = ctx().alloc(x.size() * 4), yb = ctx().alloc(x.size() * 4);
+      float* ya_p = weighted ? ya.as<float>() : xa.as<float>();
+      float* yb_p = weighted ? yb.as<float>() : xb.as<float>();
+      const float* wp = weighted ? dw.as<float>() : nullptr;
+      if (r.in) hc::round_bf16(ctx(), xa.as<float>(), rows * d);
+      hc::rmsnorm(ctx(), xa.as<float>(), wp, rows, d, 1e-6f, ya_p);
+      if (r.out) hc::round_bf16(ctx(), ya_p, rows * d);
+      hc::rmsnorm_bf16(ctx(), xb.as<float>(), wp, rows, d, 1e-6f, yb_p, r);
+      const int64_t m = differ(fetch(xa, rows * d), fetch(xb, rows * d)) +
+                        (weighted ? differ(fetch(ya, rows * d), fetch(yb, rows * d)) : 0);
+      check_exact("rmsnorm_bf16", tag, dims({rows, d}) + (weighted ? " weighted" : " unweighted"), m);
+    }
+    // RoPE on [2, 64, 512] with rope_dim 64 at positions 5, 6 (forward and inverse)
+    for (const int sign : {1, -1}) {
+      const std::vector<float> x = randv(size_t{2} * 64 * 512, 1420, 2.0f);
+      hc::DeviceBuffer xa = put(x), xb = put(x);
+      if (r.in) hc::round_bf16(ctx(), xa.as<float>(), 2 * 64 * 512);
+      hc::rope_affine(ctx(), xa.as<float>(), 2, 64, 512, 64, 5, 1, dinv.as<float>(), sign);
+      if (r.out) hc::round_bf16(ctx(), xa.as<float>(), 2 * 64 * 512);
+      hc::rope_bf16(ctx(), xb.as<float>(), 2, 64, 512, 64, nullptr, 5, 1, dinv.as<float>(), sign, r);
+      check_exact("rope_bf16", tag, sign > 0 ? "[2, 64, 512] rd=64" : "[2, 64, 512] rd=64 inverse",
+                  differ(fetch(xa, 2 * 64 * 512), fetch(xb, 2 * 64 * 512)));
+    }
+    {  // scale of 64 indexer head weights
+      const std::vector<float> x = randv(64, 1430, 5.0f);
+      hc::DeviceBuffer xa = put(x), xb = put(x);
+      if (r.in) hc::round_bf16(ctx(), xa.as<float>(), 64);
+      hc::scale(ctx(), xa.as<float>(), 64, 0.125f);
+      if (r.out) hc::round_bf16(ctx(), xa.as<float>(), 64);
+      hc::scale_bf16(ctx(), xb.as<float>(), 64, 0.125f, r);
+      check_exact("scale_bf16", tag, "64", differ(fetch(xa, 64), fetch(xb, 64)));
+    }
+  }
+  {  // hc_post with the output rounded: X [2, 4, 4096]
+    const int64_t n = 2, hcm = 4, D = 4096;
+    const std::vector<float> X = randv(static_cast<size_t>(n * hcm * D), 1440), y = randv(static_cast<size_t>(n * D), 1441);
+    const std::vector<float> post = randv(static_cast<size_t>(n * hcm), 1442), comb = randv(static_cast<size_t>(n * hcm * hcm), 1443);
+    hc::DeviceBuffer xa = put(X), xb = put(X), dy = put(y), dp = put(post), dc = put(comb);
+    hc::hc_post(ctx(), dy.as<float>(), dp.as<float>(), dc.as<float>(), n, hcm, D, xa.as<float>());
+    hc::round_bf16(ctx(), xa.as<float>(), n * hcm * D);
+    hc::hc_post(ctx(), dy.as<float>(), dp.as<float>(), dc.as<float>(), n, hcm, D, xb.as<float>(), true);
+    check_exact("hc_post_bf16", "out", "[2, 4, 4096]", differ(fetch(xa, n * hcm * D), fetch(xb, n * hcm * D)));
+  }
+}
+
 TEST_F(BackendOps, NumericsActQuantFp8) {
   CpuOps cpu(pool());
   struct Case {
@@ -158,6 +233,14 @@ TEST_F(BackendOps, NumericsActQuantFp8) {
     cpu.act_quant_fp8(want.data(), k.rows, k.cols);
     const Out got = run_in_place(ctx(), in, [&](float* p) { hc::act_quant_fp8(ctx(), p, k.rows, k.cols); });
     expect_exact("act_quant_fp8", dims({k.rows, k.cols}), got, want, in);
+    // Out of place (one launch instead of copy + in place): dst gets the same bits, src stays.
+    Dev<float> src(ctx(), in), dst(ctx(), in.size());
+    dst.poison();
+    hc::act_quant_fp8(ctx(), dst.p(), src.p(), k.rows, k.cols);
+    Out oop;
+    oop.v = dst.get();
+    expect_exact("act_quant_fp8", dims({k.rows, k.cols}) + " out of place", oop, want, in);
+    check_exact("act_quant_fp8", "source kept", dims({k.rows, k.cols}), mismatches(src.get(), in, in, true));
   }
 }
 

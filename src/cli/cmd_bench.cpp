@@ -227,6 +227,18 @@ int cmd_bench(const Args& args) {
     std::printf("%s\n", profile.c_str());
   }
 
+  StepGraphStats graphs;  // over every shard and run (decode steps only)
+  for (int i = 0; i < eng->n_shards(); ++i) {
+    const StepGraphStats& g = eng->shard(i).graph_stats();
+    graphs.captured += g.captured;
+    graphs.replayed += g.replayed;
+    graphs.eager += g.eager;
+    graphs.failed += g.failed;
+  }
+  if (graphs.captured + graphs.replayed + graphs.eager > 0)
+    std::printf("decode steps per shard: %lld replayed as CUDA graphs, %lld captured, %lld op by op%s\n\n",
+                static_cast<long long>(graphs.replayed), static_cast<long long>(graphs.captured),
+                static_cast<long long>(graphs.eager), graphs.failed ? " (a capture failed)" : "");
   std::printf("| test | tokens | seconds | tok/s | weight GB/token | GB/s | %% of copy |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   nlohmann::ordered_json jr = nlohmann::ordered_json::array();
@@ -261,6 +273,8 @@ int cmd_bench(const Args& args) {
                                   {"copy_gb_s", copy_gbs},
                                   {"results", jr}};
     if (!split_json.empty()) out["split"] = split_json;
+    out["decode_steps"] = {{"graph_replays", graphs.replayed}, {"graph_captures", graphs.captured},
+                           {"op_by_op", graphs.eager}, {"capture_failures", graphs.failed}};
     std::ofstream f(*a.get("json"));
     HS_CHECK(f, "--json: cannot write ", *a.get("json"));
     f << out.dump(2) << "\n";

@@ -22,6 +22,8 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
        "they are on two or more devices, else 1)", "N"},
       {"peer-access", true, "how the HC state moves between two GPUs: auto (device to device, direct where peer "
        "access is possible), on (direct or refuse), off (through host memory) (default auto)", "MODE"},
+      {"cuda-graphs", true, "replay each decode step of a CUDA shard as one captured graph: on or off (default "
+       "on; off launches the same kernels one by one)", "on|off"},
   };
 }
 
@@ -40,6 +42,9 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   HS_CHECK(o.pipeline_micro_batches >= 1 || !a.has("micro-batches"), "--micro-batches must be at least 1, got ",
            o.pipeline_micro_batches);
   o.peer_access = a.get_or("peer-access", "auto");  // (checked by the engine, before any load)
+  const std::string graphs = a.get_or("cuda-graphs", "on");
+  HS_CHECK(graphs == "on" || graphs == "off", "--cuda-graphs: expected on or off, got '", graphs, "'");
+  o.cuda_graphs = graphs == "on";
   return o;
 }
 

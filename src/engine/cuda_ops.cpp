@@ -6,6 +6,8 @@
 // window holds, how many entries exist follow from the positions). The forward therefore
 // never waits for the GPU except where the logits are downloaded.
 #ifdef HS_HAVE_CUDA
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <unordered_map>
@@ -121,6 +123,59 @@ class CudaOps : public Ops {
   int device_index() const override { return ctx_.device(); }
   void synchronize() override { ctx_.synchronize(); }
 
+  // ---- step mode and graphs (ops.h; engine/step_graphs.h)
+  bool prepare_step(const ModelConfig& c, std::span<SequenceState* const> seqs, std::vector<uint64_t>& key) override {
+    const int64_t n = static_cast<int64_t>(seqs.size());
+    if (step_cap_ < n) {  // the block: positions int64 [cap], then tokens int32 [cap]
+      step_cap_ = std::max<int64_t>(64, 2 * n);
+      step_buf_ = ctx_.alloc(static_cast<size_t>(step_cap_) * 12);
+    }
+    auto word = [&](const void* p) { key.push_back(reinterpret_cast<uintptr_t>(p)); };
+    word(step_buf_.data());
+    key.push_back(ctx_.scratch_generation());
+    key.push_back(blocks_.size());  // where the next alloc() lands: the capture's scratch addresses
+    key.push_back(cur_);
+    key.push_back(blocks_.empty() ? 0 : blocks_[cur_].top);
+    for (SequenceState* s : seqs) {
+      for (LayerState& st : s->layers) {
+        word(CudaRing::of(st, ctx_, c.window, c.head_dim).data());
+        for (CompressorState* cs : {&st.comp, &st.index}) {
+          if (cs->ratio <= 0) continue;
+          CudaCompressorState& dev = CudaCompressorState::of(*cs, ctx_);
+          dev.reserve_entries(cs->n_entries + 1, cs->n_entries);  // room for the entry this step may close
+          word(dev.buf_kv());
+          word(dev.entries());
+          key.push_back(static_cast<uint64_t>(dev.capacity()));
+          key.push_back((cs->buf_n + 1 == cs->ratio ? 1u : 0u) | (cs->has_prev ? 2u : 0u));
+        }
+      }
+    }
+    return true;
+  }
+  void begin_step(const int64_t* pos, const int32_t* tokens, int64_t n) override {
+    HS_CHECK(n >= 1 && n <= step_cap_, "internal: a step of ", n, " rows, the step block holds ", step_cap_);
+    step_pos_host_.assign(pos, pos + n);
+    ctx_.upload(step_pos(), pos, static_cast<size_t>(n) * 8);
+    ctx_.upload(step_tok(), tokens, static_cast<size_t>(n) * 4);
+    step_n_ = n;
+    step_seq_ = 0;
+    step_active_ = true;
+  }
+  void end_step() override { step_active_ = false; }
+  void step_sequence(size_t i) override { step_seq_ = i; }
+  bool can_capture() const override { return !prof_.on(); }
+  struct CudaGraph : Graph {
+    cuda::CapturedGraph g;
+  };
+  void begin_capture() override { ctx_.begin_capture(); }
+  std::unique_ptr<Graph> end_capture() override {
+    auto g = std::make_unique<CudaGraph>();
+    g->g = ctx_.end_capture();
+    return g;
+  }
+  void abort_capture() override { ctx_.abort_capture(); }
+  void replay(const Graph& g) override { ctx_.launch(static_cast<const CudaGraph&>(g).g); }
+
   // ---- dense ops
   void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) override {
     auto prof = prof_.scope("embed");
@@ -150,16 +205,29 @@ class CudaOps : public Ops {
   void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
             int sign) override {
     auto prof = prof_.scope("rope");
-    bool affine = true;  // the forward's positions are consecutive: no array to upload
-    for (int64_t i = 1; i < n && affine; ++i) affine = pos[i] == pos[0] + i;
-    if (affine) {
-      cuda::rope_affine(ctx_, x, n, heads, head_dim, t.rope_dim, pos[0], 1, vec(t.inv_freq), sign);
-      return;
-    }
-    const size_t m = mark();
-    const int64_t* p = upload_i64(pos, n);
-    cuda::rope(ctx_, x, n, heads, head_dim, t.rope_dim, p, vec(t.inv_freq), sign);
-    release_to(m);
+    rope_impl(x, n, heads, head_dim, t, pos, sign, {});
+  }
+  void rope_bf16(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
+                 int sign, Bf16Round r) override {
+    auto prof = prof_.scope("rope_bf16");
+    rope_impl(x, n, heads, head_dim, t, pos, sign, r);
+  }
+  void rmsnorm_bf16(float* x, const std::vector<float>& w, int64_t rows, float eps, float* y, Bf16Round r) override {
+    auto prof = prof_.scope("rmsnorm_bf16");
+    cuda::rmsnorm_bf16(ctx_, x, vec(w), rows, static_cast<int64_t>(w.size()), eps, y, {r.in, r.out});
+  }
+  void rmsnorm_unweighted_bf16(float* x, int64_t rows, int64_t d, float eps, Bf16Round r) override {
+    auto prof = prof_.scope("rmsnorm_bf16");
+    cuda::rmsnorm_bf16(ctx_, x, nullptr, rows, d, eps, x, {r.in, r.out});
+  }
+  void scale_bf16(float* x, int64_t n, float s, Bf16Round r) override {
+    auto prof = prof_.scope("scale");
+    cuda::scale_bf16(ctx_, x, n, s, {r.in, r.out});
+  }
+  void hc_post_bf16(const float* y, const float* post, const float* comb, int64_t n, const ModelConfig& c,
+                    float* X) override {
+    auto prof = prof_.scope("hc_post");
+    cuda::hc_post(ctx_, y, post, comb, n, c.hc_mult, c.dim, X, true);
   }
   void copy(float* dst, const float* src, int64_t n) override {
     auto prof = prof_.scope("copy");
@@ -197,9 +265,18 @@ class CudaOps : public Ops {
     const int r = st.ratio;
     const int64_t d = st.d, width = st.coff * d;
     const int64_t nw = (st.buf_n + n) / r, rem = (st.buf_n + n) % r;
+    // A decode step (step mode) reads its position from the step block: the open window's row
+    // is p % r, a closing window's entry is (p + 1) / r - 1 at position p + 1 - r.
+    const int64_t* sp = step_active_ ? step_seq_pos(n) : nullptr;
+    if (sp) HS_CHECK(st.buf_n == step_pos_host_[step_seq_] % r, "internal: compressor window of ", st.buf_n,
+                     " rows at position ", step_pos_host_[step_seq_], " (ratio ", r, ")");
     if (nw == 0) {  // the window stays open: append the rows
-      ctx_.copy(dev.buf_kv() + st.buf_n * width, a, static_cast<size_t>(n * width) * 4);
-      ctx_.copy(dev.buf_gate() + st.buf_n * width, g, static_cast<size_t>(n * width) * 4);
+      if (sp) {
+        cuda::store_row_at(ctx_, dev.buf_kv(), a, dev.buf_gate(), g, width, sp, 0, 1, r);
+      } else {
+        ctx_.copy(dev.buf_kv() + st.buf_n * width, a, static_cast<size_t>(n * width) * 4);
+        ctx_.copy(dev.buf_gate() + st.buf_n * width, g, static_cast<size_t>(n * width) * 4);
+      }
       st.buf_n += static_cast<int>(n);
       return;
     }
@@ -210,16 +287,20 @@ class CudaOps : public Ops {
     float* gate = alloc(nw * slots * d);
     float* prev = st.coff == 2 ? alloc(2 * r * d) : nullptr;
     cuda::compressor_gather(ctx_, dev.buffers(), st.buf_n, st.has_prev, a, g, n, vec(w.ape), nw, kv, gate, prev);
-    float* out = dev.entries() + st.n_entries * d;
+    float* out = sp ? alloc(nw * d) : dev.entries() + st.n_entries * d;
     const bool model = num == Numerics::Model;  // the rounding points of CpuOps::compressor_update
     cuda::compress_pool(ctx_, kv, gate, slots, d, nw, out);
     if (model) cuda::round_bf16(ctx_, out, nw * d);
     cuda::rmsnorm(ctx_, out, vec(w.norm), nw, d, eps, out);
     if (model) cuda::round_bf16(ctx_, out, nw * d);
-    cuda::rope_affine(ctx_, out, nw, 1, d, rope.rope_dim, st.n_entries * r, r, vec(rope.inv_freq), +1);
+    if (sp)
+      cuda::rope_affine(ctx_, out, nw, 1, d, rope.rope_dim, sp, 1 - r, 0, vec(rope.inv_freq), +1);
+    else
+      cuda::rope_affine(ctx_, out, nw, 1, d, rope.rope_dim, st.n_entries * r, r, vec(rope.inv_freq), +1);
     if (model && qat == EntryQat::Fp8Kv) kv_fp8_sim(out, nw, d, d - rope.rope_dim);
     if (model && qat == EntryQat::IndexerFp4) indexer_fp4_sim(out, nw, d);
     if (model && qat == EntryQat::None) cuda::round_bf16(ctx_, out, nw * d);
+    if (sp) cuda::store_row_at(ctx_, dev.entries(), out, nullptr, nullptr, d, sp, 1 - r, r, INT64_MAX);
     // The rows after the last closed window all come from this chunk.
     if (rem) {
       ctx_.copy(dev.buf_kv(), a + (n - rem) * width, static_cast<size_t>(rem * width) * 4);
@@ -237,6 +318,18 @@ class CudaOps : public Ops {
   void indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id, const CompressorState& keys,
                     int64_t p0, int ratio, int k, int32_t* sel) override {
     auto prof = prof_.scope("indexer_topk");
+    if (step_active_) {  // a decode step: scores over the capacity, visibility from the step block
+      const int64_t* sp = step_seq_pos(n);
+      CudaCompressorState& dev = CudaCompressorState::of(keys, ctx_);
+      const int64_t cap = dev.capacity();
+      HS_CHECK(cap >= keys.n_entries && cap > 0, "internal: indexer keys beyond their capacity");
+      const size_t m = mark();
+      float* score = alloc(n * cap);
+      cuda::indexer_scores(ctx_, q, w, n, ih, id, dev.entries(), cap, sp, ratio, score);
+      cuda::topk(ctx_, score, n, cap, sp, ratio, k, sel);  // pads with -1 where fewer than k are visible
+      release_to(m);
+      return;
+    }
     const int64_t E = keys.n_entries;
     const int kk = static_cast<int>(std::min<int64_t>(k, E));
     if (kk < k) ctx_.fill_bytes(sel, 0xff, static_cast<size_t>(n * k) * 4);  // -1 padding
@@ -263,12 +356,18 @@ class CudaOps : public Ops {
     auto prof = prof_.scope("attention");
     const int64_t hd = c.head_dim;
     const int ratio = comp ? comp->ratio : 0;
-    const int64_t E = comp ? comp->n_entries : 0;
-    const int64_t ld = cuda::attention_rows_ld(n, p0, c.window, ratio, E, sel != nullptr, k);
+    // A decode step's row list holds any position's rows: the window, then k selected entries or
+    // every entry up to the capacity (the kernel reads the position and counts the visible ones).
+    const int64_t* sp = step_active_ ? step_seq_pos(n) : nullptr;
+    if (sp) HS_CHECK(p0 == step_pos_host_[step_seq_], "internal: attention at ", p0, ", the step block says ",
+                     step_pos_host_[step_seq_]);
+    const int64_t E = !comp ? 0 : sp ? CudaCompressorState::of(*comp, ctx_).capacity() : comp->n_entries;
+    const int64_t ld = sp ? c.window + (ratio ? (sel ? k : E) : 0)
+                          : cuda::attention_rows_ld(n, p0, c.window, ratio, E, sel != nullptr, k);
     const size_t m = mark();
     auto* rows = reinterpret_cast<int32_t*>(alloc(n * ld));
     auto* counts = reinterpret_cast<int32_t*>(alloc(n));
-    cuda::attention_rows(ctx_, n, p0, c.window, ratio, E, sel, k, rows, counts, ld);
+    cuda::attention_rows(ctx_, n, p0, c.window, ratio, E, sel, k, rows, counts, ld, sp);
     cuda::AttnRows ar{kv_chunk, rows, counts, ld, CudaRing::of(st, ctx_, c.window, hd).data(),
                       comp && E ? CudaCompressorState::of(*comp, ctx_).entries() : nullptr};
     cuda::attention_sink(ctx_, q, n, c.n_heads, hd, ar, vec(sinks), 1.0f / std::sqrt(static_cast<float>(hd)), out);
@@ -279,6 +378,10 @@ class CudaOps : public Ops {
                   int64_t head_dim) override {
     auto prof = prof_.scope("ring_store");
     float* ring = CudaRing::of(st, ctx_, window, head_dim).data();
+    if (step_active_) {  // a decode step: slot p % window, p from the step block
+      cuda::store_row_at(ctx_, ring, kv_chunk, nullptr, nullptr, head_dim, step_seq_pos(n), 0, 1, window);
+      return;
+    }
     // The last min(n, window) rows, position p at slot p % window: at most two runs.
     const int64_t first = std::max<int64_t>(0, n - window);
     int64_t t = first;
@@ -303,7 +406,9 @@ class CudaOps : public Ops {
     float* logits = alloc(n * E);
     cuda::matmul(ctx_, weight(w.gate), x, n, logits, gemm_mode());
     const bool hash = !w.tid2eid.empty();
-    const int32_t* dtok = hash ? upload_i32(tokens, n) : nullptr;  // only hash layers read the tokens
+    // Only hash layers read the tokens (a decode step's are in the step block).
+    if (step_active_) check_step_rows(nullptr, n);
+    const int32_t* dtok = !hash ? nullptr : step_active_ ? step_tok() : upload_i32(tokens, n);
     int32_t* didx = reinterpret_cast<int32_t*>(alloc(n * K));
     float* dw = alloc(n * K);
     cuda::moe_route(ctx_, logits, n, E, K, w.gate_bias.empty() ? nullptr : vec(w.gate_bias),
@@ -311,8 +416,7 @@ class CudaOps : public Ops {
     const float* xin = x;
     if (model) {
       float* xq = alloc(n * D);
-      copy(xq, x, n * D);
-      act_quant_fp8(xq, n, D);
+      act_quant_fp8_copy(xq, x, n, D);
       xin = xq;
     }
     void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
@@ -330,6 +434,10 @@ class CudaOps : public Ops {
   void act_quant_fp8(float* x, int64_t rows, int64_t cols) override {
     auto prof = prof_.scope("act_quant_fp8");
     cuda::act_quant_fp8(ctx_, x, rows, cols);
+  }
+  void act_quant_fp8_copy(float* dst, const float* src, int64_t rows, int64_t cols) override {
+    auto prof = prof_.scope("act_quant_fp8");
+    cuda::act_quant_fp8(ctx_, dst, src, rows, cols);
   }
   void kv_fp8_sim(float* x, int64_t rows, int64_t head_dim, int64_t channels) override {
     auto prof = prof_.scope("kv_fp8_sim");
@@ -462,8 +570,58 @@ class CudaOps : public Ops {
     return pos_buf_.as<int64_t>();
   }
 
+  // RoPE at the rows' positions: the step block's in a decode step, else p0 + t where they are
+  // consecutive (no array to upload), else an uploaded array; with r, the rounded variant.
+  void rope_impl(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
+                 int sign, Bf16Round r) {
+    const size_t m = mark();
+    const int64_t* p = nullptr;
+    int64_t p0 = 0, stride = 0;
+    if (step_active_) {
+      check_step_rows(pos, n);
+      p = step_pos();
+    } else {
+      bool affine = true;
+      for (int64_t i = 1; i < n && affine; ++i) affine = pos[i] == pos[0] + i;
+      if (affine) {
+        p0 = pos[0];
+        stride = 1;
+      } else {
+        p = upload_i64(pos, n);
+      }
+    }
+    if (r.in || r.out)
+      cuda::rope_bf16(ctx_, x, n, heads, head_dim, t.rope_dim, p, p0, stride, vec(t.inv_freq), sign, {r.in, r.out});
+    else
+      cuda::rope_affine(ctx_, x, n, heads, head_dim, t.rope_dim, p, p0, stride, vec(t.inv_freq), sign);
+    release_to(m);
+  }
+
+  // The step block (step mode): device positions and tokens of the step's rows.
+  int64_t* step_pos() const { return step_buf_.as<int64_t>(); }
+  int32_t* step_tok() const { return reinterpret_cast<int32_t*>(step_pos() + step_cap_); }
+  // The current sequence's position in the block (its one row; step mode runs decode steps).
+  const int64_t* step_seq_pos(int64_t n) const {
+    HS_CHECK(n == 1 && step_seq_ < static_cast<size_t>(step_n_), "internal: step mode with ", n,
+             " rows for sequence ", step_seq_, " of ", step_n_);
+    return step_pos() + step_seq_;
+  }
+  // Row-wise ops of a step cover all its rows, at the block's positions.
+  void check_step_rows(const int64_t* pos, int64_t n) const {
+    HS_CHECK(n == step_n_, "internal: an op over ", n, " rows in a step of ", step_n_);
+    if (pos)
+      for (int64_t i = 0; i < n; ++i)
+        HS_CHECK(pos[i] == step_pos_host_[static_cast<size_t>(i)], "internal: row ", i, " at position ", pos[i],
+                 ", the step block says ", step_pos_host_[static_cast<size_t>(i)]);
+  }
+
   cuda::DeviceContext ctx_;
   Numerics numerics_;
+  cuda::DeviceBuffer step_buf_;
+  int64_t step_cap_ = 0, step_n_ = 0;
+  size_t step_seq_ = 0;
+  bool step_active_ = false;
+  std::vector<int64_t> step_pos_host_;
   std::unique_ptr<cuda::SynthPool> synth_;
   CudaOpProfile prof_;  // pools of random quantised rows (synthetic models)
   cuda::DeviceBuffer pos_buf_;

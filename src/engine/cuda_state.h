@@ -37,6 +37,7 @@ class CudaCompressorState : public BackendState {
   int device() const { return ctx_->device(); }
   // Room for `need` entries, keeping the first `keep` (the capacity doubles: amortised copies).
   void reserve_entries(int64_t need, int64_t keep);
+  int64_t capacity() const { return capacity_; }
   void reset() override;
   size_t bytes() const override { return window_.bytes() + entries_.bytes(); }
 

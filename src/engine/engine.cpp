@@ -126,6 +126,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
         L.tid2eid.resize(V * k);
       }
     shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops, opts.numerics));
+    shards_.back()->set_graphs(opts.cuda_graphs);
     begin = end;
   }
   shard_offset_ = std::max(opts.only_shard, 0);

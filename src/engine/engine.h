@@ -43,6 +43,9 @@ struct EngineOptions {
   // pinned host memory), "on" the same but refusing a pair without peer access, "off" through
   // this engine's host buffer (download, then upload). Nothing waits on the host in the first two.
   std::string peer_access = "auto";
+  // Decode steps replayed as captured CUDA graphs (engine/step_graphs.h) on CUDA shards; false:
+  // the same step-mode ops, launched one by one.
+  bool cuda_graphs = true;
 };
 
 // "reference" | "model" (the --numerics option); errors name the value.

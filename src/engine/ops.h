@@ -3,6 +3,7 @@
 // Activation pointers are backend memory: the forward never reads or writes them itself.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,6 +91,39 @@ class Ops {
   // The backend's GPU index, -1 for the CPU (peer-access decisions between shards).
   virtual int device_index() const { return -1; }
 
+  // ---- decode steps as captured graphs (engine/step_graphs.h drives these)
+  // A decode step (one row per sequence) can run in "step mode": its per-step values, the rows'
+  // positions and tokens, sit in a device step block written by begin_step(), and every op
+  // reads them from there, so the step's work does not depend on host values and one capture
+  // serves every later step of the same shape. prepare_step() readies the sequences' device
+  // state for such a step (every buffer the step touches exists at its final address, with
+  // room for the entries it may add) and appends to `key` everything a capture of it bakes in
+  // (buffer addresses, capacities, which windows close, the scratch layout). It returns false
+  // where the backend has no step mode (the CPU); the step then runs as any other.
+  virtual bool prepare_step(const ModelConfig& c, std::span<SequenceState* const> seqs, std::vector<uint64_t>& key) {
+    (void)c, (void)seqs, (void)key;
+    return false;
+  }
+  // Step mode on: uploads the rows' positions and tokens (host) into the step block.
+  virtual void begin_step(const int64_t* pos, const int32_t* tokens, int64_t n) { (void)pos, (void)tokens, (void)n; }
+  virtual void end_step() {}
+  // The per-sequence ops that follow (compressor_update, indexer_topk, attention, ring_store)
+  // act on sequence i of the step, whose position is row i of the step block.
+  virtual void step_sequence(size_t i) { (void)i; }
+  // Whether a step may be captured now (not while per-op profiling records events).
+  virtual bool can_capture() const { return false; }
+  // Capture: the ops queued between begin_capture() and end_capture() are recorded, not run.
+  // end_capture() returns the executable (opaque to the engine); abort_capture() ends a capture
+  // that failed part way. replay() queues a captured step.
+  class Graph {
+   public:
+    virtual ~Graph() = default;
+  };
+  virtual void begin_capture() {}
+  virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
+  virtual void abort_capture() {}
+  virtual void replay(const Graph& g) { (void)g; }
+
   virtual void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) = 0;
   virtual void matmul(const Mat& W, const float* x, int64_t n, float* y) = 0;
   // Grouped low-rank output: y[t, g*R + j] = W[g*R + j] . x[t, g*in : (g+1)*in]
@@ -130,8 +164,46 @@ class Ops {
 
   // Model-numerics round trips (in place).
   virtual void round_bf16(float* x, int64_t n) = 0;
+  // BF16 rounding points folded into the op beside them: in = round_bf16 on the op's input (in
+  // place) first, out = round_bf16 on what it writes after. The defaults run exactly that
+  // sequence; a device backend does it in the op's one launch (the same values).
+  struct Bf16Round {
+    bool in = false, out = false;
+  };
+  virtual void rmsnorm_bf16(float* x, const std::vector<float>& w, int64_t rows, float eps, float* y, Bf16Round r) {
+    const int64_t d = static_cast<int64_t>(w.size());
+    if (r.in) round_bf16(x, rows * d);
+    rmsnorm(x, w, rows, eps, y);
+    if (r.out) round_bf16(y, rows * d);
+  }
+  virtual void rmsnorm_unweighted_bf16(float* x, int64_t rows, int64_t d, float eps, Bf16Round r) {
+    if (r.in) round_bf16(x, rows * d);
+    rmsnorm_unweighted(x, rows, d, eps);
+    if (r.out) round_bf16(x, rows * d);
+  }
+  virtual void rope_bf16(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
+                         int sign, Bf16Round r) {
+    if (r.in) round_bf16(x, n * heads * head_dim);
+    rope(x, n, heads, head_dim, t, pos, sign);
+    if (r.out) round_bf16(x, n * heads * head_dim);
+  }
+  virtual void scale_bf16(float* x, int64_t n, float s, Bf16Round r) {
+    if (r.in) round_bf16(x, n);
+    scale(x, n, s);
+    if (r.out) round_bf16(x, n);
+  }
+  virtual void hc_post_bf16(const float* y, const float* post, const float* comb, int64_t n, const ModelConfig& c,
+                            float* X) {  // X rounded after
+    hc_post(y, post, comb, n, c, X);
+    round_bf16(X, n * c.hc_mult * c.dim);
+  }
   // FP8 e4m3 activation quantisation of a linear's input, 1x128 blocks with ue8m0 scales.
   virtual void act_quant_fp8(float* x, int64_t rows, int64_t cols) = 0;
+  // The same into dst, src left as is (the default: copy, then in place).
+  virtual void act_quant_fp8_copy(float* dst, const float* src, int64_t rows, int64_t cols) {
+    copy(dst, src, rows * cols);
+    act_quant_fp8(dst, rows, cols);
+  }
   // FP8 simulation (64-blocks) of the non-RoPE channels of KV rows, then BF16.
   virtual void kv_fp8_sim(float* x, int64_t rows, int64_t head_dim, int64_t channels) = 0;
   // Hadamard rotation then FP4 simulation (32-blocks) of indexer q/k rows, then BF16.

@@ -10,7 +10,7 @@
 namespace hs {
 
 Shard::Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics)
-    : config_(config), w_(std::move(weights)), ops_(ops), numerics_(numerics) {
+    : config_(config), w_(std::move(weights)), ops_(ops), numerics_(numerics), graphs_(ops) {
   rope_main_ = {config_.rope_dim, cpu::rope_inv_freq(config_.rope_dim, config_.rope_theta)};
   rope_compress_ = {config_.rope_dim,
                     cpu::rope_inv_freq_yarn(config_.rope_dim, config_.compress_rope_theta, config_.yarn.factor,
@@ -80,35 +80,32 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   const float* x = x_in;
   if (model()) {
     float* xq = ops_.alloc(n * D);
-    ops_.copy(xq, x_in, n * D);
-    ops_.act_quant_fp8(xq, n, D);
+    ops_.act_quant_fp8_copy(xq, x_in, n, D);
     x = xq;
   }
 
   // Query: low-rank with q_norm (c_q is kept for the indexer), per-head RMS, RoPE on the tail.
   float* cq = ops_.alloc(n * c.q_lora_rank);
   ops_.matmul(L.wq_a, x, n, cq);
-  bf16(cq, n * c.q_lora_rank);
-  ops_.rmsnorm(cq, L.q_norm, n, c.norm_eps, cq);
-  bf16(cq, n * c.q_lora_rank);
+  norm_bf16(cq, L.q_norm, n, cq);
   float* cq_in = cq;
   if (model()) {
     cq_in = ops_.alloc(n * c.q_lora_rank);
-    ops_.copy(cq_in, cq, n * c.q_lora_rank);
-    ops_.act_quant_fp8(cq_in, n, c.q_lora_rank);
+    ops_.act_quant_fp8_copy(cq_in, cq, n, c.q_lora_rank);
   }
   float* q = ops_.alloc(n * H * hd);
   ops_.matmul(L.wq_b, cq_in, n, q);
-  bf16(q, n * H * hd);
-  ops_.rmsnorm_unweighted(q, n * H, hd, c.norm_eps);
-  ops_.rope(q, n, H, hd, rope, pos, +1);
-  bf16(q, n * H * hd);
+  if (model()) {
+    ops_.rmsnorm_unweighted_bf16(q, n * H, hd, c.norm_eps, {true, false});
+    ops_.rope_bf16(q, n, H, hd, rope, pos, +1, {false, true});
+  } else {
+    ops_.rmsnorm_unweighted(q, n * H, hd, c.norm_eps);
+    ops_.rope(q, n, H, hd, rope, pos, +1);
+  }
   // The single shared K = V row of each token.
   float* kv = ops_.alloc(n * hd);
   ops_.matmul(L.wkv, x, n, kv);
-  bf16(kv, n * hd);
-  ops_.rmsnorm(kv, L.kv_norm, n, c.norm_eps, kv);
-  bf16(kv, n * hd);
+  norm_bf16(kv, L.kv_norm, n, kv);
   ops_.rope(kv, n, 1, hd, rope, pos, +1);
   if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c.rope_dim);
 
@@ -129,17 +126,22 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
     ops_.matmul(L.idx_comp.wgate, x_in, n, ig);
     iq = ops_.alloc(n * IH * ID);
     ops_.matmul(L.idx_wq_b, cq_in, n, iq);
-    bf16(iq, n * IH * ID);
-    ops_.rope(iq, n, IH, ID, rope, pos, +1);
+    if (model())
+      ops_.rope_bf16(iq, n, IH, ID, rope, pos, +1, {true, false});
+    else
+      ops_.rope(iq, n, IH, ID, rope, pos, +1);
     if (model()) ops_.indexer_fp4_sim(iq, n * IH, ID);
     iw = ops_.alloc(n * IH);
     ops_.matmul(L.idx_proj, x_in, n, iw);
-    bf16(iw, n * IH);
-    ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
+    if (model())
+      ops_.scale_bf16(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)), {true, false});
+    else
+      ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
     selected = reinterpret_cast<int32_t*>(ops_.alloc(n * K));
   }
   float* o = ops_.alloc(n * H * hd);
   for (size_t i = 0; i < b.seqs.size(); ++i) {
+    ops_.step_sequence(i);
     LayerState& st = b.layer(i, L.layer - w_.begin);
     const int64_t r0 = b.offset[i], m = b.seqs[i].n, p0 = b.p0[i];
     if (L.has_compressor)
@@ -155,10 +157,11 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
                    selected ? selected + r0 * K : nullptr, static_cast<int>(K), L.sinks, o + r0 * H * hd);
     ops_.ring_store(st, kv + r0 * hd, m, p0, c.window, hd);
   }
-  bf16(o, n * H * hd);
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
-  ops_.rope(o, n, H, hd, rope, pos, -1);
-  bf16(o, n * H * hd);
+  if (model())
+    ops_.rope_bf16(o, n, H, hd, rope, pos, -1, {true, true});
+  else
+    ops_.rope(o, n, H, hd, rope, pos, -1);
   float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
   ops_.grouped_matmul(L.wo_a, c.o_groups, o, n, r);
   bf16(r, n * c.o_groups * c.o_lora_rank);
@@ -189,6 +192,18 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X) {
     b.tokens.insert(b.tokens.end(), s.tokens, s.tokens + s.n);
     b.n += s.n;
   }
+  // A decode step (one row per sequence) may run as a captured graph (step_graphs.h).
+  bool done = false;
+  if (b.n == static_cast<int64_t>(seqs.size()) && !observer_) {
+    std::vector<SequenceState*> states;
+    for (const SeqRows& s : seqs) states.push_back(s.state);
+    done = graphs_.run(config_, states, b.pos.data(), b.tokens.data(), X, [&] { layers(b, X); });
+  }
+  if (!done) layers(b, X);
+  for (const SeqRows& s : seqs) s.state->n_past += s.n;
+}
+
+void Shard::layers(const Batch& b, float* X) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim, hc = c.hc_mult, n = b.n;
   const size_t mark = ops_.mark();
@@ -200,22 +215,15 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X) {
     float* xn = ops_.alloc(n * D);
     float* y = ops_.alloc(n * D);
     ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
-    bf16(u, n * D);
-    ops_.rmsnorm(u, L.attn_norm, n, c.norm_eps, xn);
-    bf16(xn, n * D);
+    norm_bf16(u, L.attn_norm, n, xn);
     attention(L, b, xn, y);
-    ops_.hc_post(y, post, comb, n, c, X);
-    bf16(X, n * hc * D);
+    hc_post(y, post, comb, n, X);
     ops_.hc_pre(L.hc_ffn, c, X, n, u, post, comb);
-    bf16(u, n * D);
-    ops_.rmsnorm(u, L.ffn_norm, n, c.norm_eps, xn);
-    bf16(xn, n * D);
+    norm_bf16(u, L.ffn_norm, n, xn);
     ops_.moe(L, c, xn, b.tokens.data(), n, numerics_, y);
-    ops_.hc_post(y, post, comb, n, c, X);
-    bf16(X, n * hc * D);
+    hc_post(y, post, comb, n, X);
     ops_.release_to(mark);
   }
-  for (const SeqRows& s : seqs) s.state->n_past += s.n;
 }
 
 void Shard::forward_batch(std::span<const SeqRows> seqs, const HcState& X) {
@@ -265,9 +273,7 @@ void Shard::logits(const float* X, int64_t n, float* out) {
   const size_t mark = ops_.mark();
   float* h = ops_.alloc(n * config_.dim);
   ops_.hc_head(w_.hc_head, config_, X, n, h);
-  bf16(h, n * config_.dim);
-  ops_.rmsnorm(h, w_.norm, n, config_.norm_eps, h);
-  bf16(h, n * config_.dim);
+  norm_bf16(h, w_.norm, n, h);
   ops_.matmul(w_.head, h, n, out);
   ops_.release_to(mark);
 }

@@ -10,6 +10,7 @@
 
 #include "engine/ops.h"
 #include "engine/sequence_state.h"
+#include "engine/step_graphs.h"
 #include "engine/weights.h"
 #include "model/config.h"
 
@@ -77,14 +78,28 @@ class Shard {
   int64_t weight_bytes_per_token() const;
   // logits [n, vocab] from X (last shard only).
   void logits(const float* X, int64_t n, float* out);
+  // Decode steps as captured graphs on backends that have them (step_graphs.h); on by default.
+  void set_graphs(bool on) { graphs_.set_enabled(on); }
+  const StepGraphStats& graph_stats() const { return graphs_.stats(); }
 
  private:
   struct Batch;  // the rows of a forward_batch call: per-sequence offsets, positions, tokens
   void attention(const LayerWeights& L, const Batch& b, const float* x, float* y);
+  void layers(const Batch& b, float* X);  // every layer's ops over the batch's rows
 
   bool model() const { return numerics_ == Numerics::Model; }
   void bf16(float* x, int64_t n) { if (model()) ops_.round_bf16(x, n); }
   void act_quant(float* x, int64_t rows, int64_t cols) { if (model()) ops_.act_quant_fp8(x, rows, cols); }
+  // bf16(x); y = rmsnorm(x); bf16(y) (one launch on a device backend); plain RMSNorm in reference.
+  void norm_bf16(float* x, const std::vector<float>& w, int64_t rows, float* y) {
+    if (model()) ops_.rmsnorm_bf16(x, w, rows, config_.norm_eps, y, {true, true});
+    else ops_.rmsnorm(x, w, rows, config_.norm_eps, y);
+  }
+  // hc_post, then bf16(X) under model numerics.
+  void hc_post(const float* y, const float* post, const float* comb, int64_t n, float* X) {
+    if (model()) ops_.hc_post_bf16(y, post, comb, n, config_, X);
+    else ops_.hc_post(y, post, comb, n, config_, X);
+  }
 
   ModelConfig config_;
   ShardWeights w_;
@@ -92,6 +107,7 @@ class Shard {
   Numerics numerics_;
   RopeTable rope_main_, rope_compress_;
   LayerObserver observer_;
+  StepGraphs graphs_;  // its graphs name this shard's weights and its sequences' buffers
 };
 
 }  // namespace hs

@@ -132,6 +132,7 @@ DeviceBuffer DeviceContext::alloc(size_t bytes) const { return DeviceBuffer(devi
 void DeviceContext::upload(void* dst, const void* src, size_t bytes) {
   DeviceGuard g(device_);
   if (bytes == 0) return;
+  HS_CHECK(!capturing(), "cuda:", device_, ": internal: an upload inside a graph capture (it would replay stale bytes)");
   if (bytes > kUploadSegment) {
     HS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
     HS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // pageable source: the caller may free it on return
@@ -199,6 +200,7 @@ bool enable_peer_access(int from, int to) {
 
 void DeviceContext::download(void* dst, const void* src, size_t bytes) const {
   DeviceGuard g(device_);
+  HS_CHECK(!capturing(), "cuda:", device_, ": internal: a download inside a graph capture");
   HS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
   HS_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -228,6 +230,7 @@ DeviceContext::ScratchLease DeviceContext::scratch(size_t bytes) {
       scratch_.reset();
       const size_t grown = (bytes + (size_t{1} << 20) - 1) & ~((size_t{1} << 20) - 1);  // whole MiB
       scratch_ = DeviceBuffer(device_, grown);
+      ++scratch_generation_;
     }
   } catch (...) {
     scratch_busy_ = false;
@@ -241,6 +244,70 @@ DeviceContext::ScratchLease DeviceContext::scratch(size_t bytes) {
 size_t DeviceContext::scratch_capacity() const {
   std::lock_guard<std::mutex> lk(scratch_mu_);
   return scratch_.bytes();
+}
+
+uint64_t DeviceContext::scratch_generation() const {
+  std::lock_guard<std::mutex> lk(scratch_mu_);
+  return scratch_generation_;
+}
+
+bool DeviceContext::capturing() const {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  HS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+void DeviceContext::begin_capture() {
+  DeviceGuard g(device_);
+  // Relaxed: other threads driving other devices may allocate or synchronise meanwhile.
+  HS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+}
+
+CapturedGraph DeviceContext::end_capture() {
+  DeviceGuard g(device_);
+  cudaGraph_t graph = nullptr;
+  HS_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+  size_t nodes = 0;
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t st = cudaGraphGetNodes(graph, nullptr, &nodes);
+  const cudaError_t inst = st == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : st;
+  (void)cudaGraphDestroy(graph);  // the executable keeps what it needs
+  HS_CUDA_CHECK(inst);
+  return CapturedGraph(device_, exec, nodes);
+}
+
+void DeviceContext::abort_capture() {
+  DeviceGuard g(device_);
+  if (!capturing()) return;
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(stream_, &graph);  // invalidated captures end with an error: expected
+  if (graph) (void)cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+}
+
+void DeviceContext::launch(const CapturedGraph& graph) {
+  DeviceGuard g(device_);
+  HS_CUDA_CHECK(cudaGraphLaunch(graph.exec(), stream_));
+}
+
+CapturedGraph::~CapturedGraph() {
+  if (exec_) {
+    DeviceGuard g(device_);
+    (void)cudaGraphExecDestroy(exec_);
+  }
+}
+
+CapturedGraph::CapturedGraph(CapturedGraph&& o) noexcept
+    : device_(o.device_), exec_(std::exchange(o.exec_, nullptr)), nodes_(o.nodes_) {}
+
+CapturedGraph& CapturedGraph::operator=(CapturedGraph&& o) noexcept {
+  if (this != &o) {
+    this->~CapturedGraph();
+    device_ = o.device_;
+    exec_ = std::exchange(o.exec_, nullptr);
+    nodes_ = o.nodes_;
+  }
+  return *this;
 }
 
 void DeviceContext::release_scratch() {

@@ -87,6 +87,25 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// An instantiated CUDA graph, destroyed on its device. Movable, not copyable.
+class CapturedGraph {
+ public:
+  CapturedGraph() = default;
+  CapturedGraph(int device, cudaGraphExec_t exec, size_t nodes) : device_(device), exec_(exec), nodes_(nodes) {}
+  ~CapturedGraph();
+  CapturedGraph(CapturedGraph&& o) noexcept;
+  CapturedGraph& operator=(CapturedGraph&& o) noexcept;
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+  cudaGraphExec_t exec() const { return exec_; }
+  size_t nodes() const { return nodes_; }
+
+ private:
+  int device_ = -1;
+  cudaGraphExec_t exec_ = nullptr;
+  size_t nodes_ = 0;
+};
+
 class DeviceContext {
  public:
   explicit DeviceContext(int device);
@@ -151,6 +170,18 @@ class DeviceContext {
   };
   ScratchLease scratch(size_t bytes);
   size_t scratch_capacity() const;
+  // Counts the arena's reallocations: work captured into a graph holds the arena's address,
+  // so a graph is only valid while this is unchanged (engine/step_graphs.h keys on it).
+  uint64_t scratch_generation() const;
+
+  // CUDA graphs of this context's stream. Between begin_capture() and end_capture() the work
+  // queued on stream() is recorded, not run; upload() and download() refuse to run then
+  // (a recorded copy would read the host bytes of the capture, not of the replay).
+  void begin_capture();
+  CapturedGraph end_capture();  // instantiated, ready to launch
+  void abort_capture();         // ends a capture that failed part way, dropping what it recorded
+  bool capturing() const;
+  void launch(const CapturedGraph& g);
 
   // Per-device kernel bookkeeping (the attributes are per device and function): raises a
   // kernel's dynamic shared-memory limit once, and caches its occupancy for a block shape.
@@ -175,6 +206,7 @@ class DeviceContext {
   bool scratch_busy_ = false;
   std::thread::id scratch_owner_{};
   DeviceBuffer scratch_;
+  uint64_t scratch_generation_ = 0;
 
   // The pinned upload ring (allocated on the first small upload): kUploadSegments segments,
   // each with the event recorded when the ring last moved past it (reuse waits for it).

@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/quant_sim.cuh"
 #include "kernels/cuda/rowstream.cuh"
 
 namespace hs::cuda {
@@ -349,7 +350,7 @@ void hc_collapse(DeviceContext& ctx, const HcParams& p, int mix, bool head, cons
 }
 
 __global__ void hc_post_kernel(const float* y, const float* post, const float* comb, int64_t n, int hc, int64_t dim,
-                               float* X) {
+                               float* X, bool round_out) {
   const int64_t total = n * dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -362,7 +363,7 @@ __global__ void hc_post_kernel(const float* y, const float* post, const float* c
     for (int k = 0; k < hc; ++k) {
       float s = post[t * hc + k] * yv;
       for (int j = 0; j < hc; ++j) s += A[j * hc + k] * old[j];
-      x[k * dim + c] = s;
+      x[k * dim + c] = round_out ? bf16_round(s) : s;
     }
   }
 }
@@ -378,11 +379,11 @@ void hc_head(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, f
 }
 
 void hc_post(DeviceContext& ctx, const float* y, const float* post, const float* comb, int64_t n, int hc, int64_t dim,
-             float* X) {
+             float* X, bool round_out) {
   HS_CHECK(hc >= 1 && hc <= 8, "hc_post: unsupported hc ", hc);
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  hc_post_kernel<<<grid_for(n * dim, 256), 256, 0, ctx.stream()>>>(y, post, comb, n, hc, dim, X);
+  hc_post_kernel<<<grid_for(n * dim, 256), 256, 0, ctx.stream()>>>(y, post, comb, n, hc, dim, X, round_out);
   HS_CUDA_CHECK_LAUNCH();
 }
 

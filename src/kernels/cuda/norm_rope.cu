@@ -1,6 +1,7 @@
 // RMSNorm, interleaved RoPE and the small elementwise ops (add, scale, fill, clamped SwiGLU).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/quant_sim.cuh"
 
 namespace hs::cuda {
 
@@ -9,22 +10,59 @@ using namespace detail;
 namespace {
 
 // One block per row; the sum of squares is reduced in a fixed order. y may alias x.
-__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y) {
+// xw (non-null: BF16 rounding of the input, = x) gets the rounded input written back; round_out
+// rounds y. Each thread reads and writes only its own elements, so the write-back is safe.
+__global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y, float* xw,
+                               bool round_out) {
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = xr[i];
+    if (xw) {
+      v = bf16_round(v);
+      xw[blockIdx.x * d + i] = v;
+    }
+    ss = fmaf(v, v, ss);
+  }
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
   for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float v = xr[i] * inv;
-    yr[i] = w ? w[i] * v : v;
+    const float v = (xw ? bf16_round(xr[i]) : xr[i]) * inv;  // (rounding is idempotent)
+    const float o = w ? w[i] * v : v;
+    yr[i] = round_out ? bf16_round(o) : o;
+  }
+}
+
+// RoPE with BF16 rounding over whole heads: one thread per channel pair of [n, heads, head_dim];
+// pairs in the trailing rope_dim channels rotate (positions as rope_kernel), all are rounded
+// before (round_in) and after (round_out).
+__global__ void rope_bf16_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
+                                 const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, float sign,
+                                 bool round_in, bool round_out) {
+  const int64_t half = head_dim / 2, first = (head_dim - rope_dim) / 2;
+  const int64_t total = n * heads * half;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t pr = i % half, th = i / half, t = th / heads;
+    float2* v = reinterpret_cast<float2*>(x + th * head_dim + 2 * pr);
+    float2 a = *v;
+    if (round_in) a = make_float2(bf16_round(a.x), bf16_round(a.y));
+    if (pr >= first) {
+      const float ang = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride) * inv_freq[pr - first];
+      float s, c;
+      sincosf(ang, &s, &c);
+      s *= sign;
+      a = make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
+    }
+    if (round_out) a = make_float2(bf16_round(a.x), bf16_round(a.y));
+    *v = a;
   }
 }
 
 // One thread per (token, head, pair).
-// Position of row t: pos[t], or p0 + t * stride when pos is null.
+// Position of row t: pos[t] + p0, or p0 + t * stride when pos is null.
 __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
                             int64_t p0, int64_t stride, const float* inv_freq, float sign) {
   const int half = rope_dim / 2;
@@ -34,7 +72,7 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim
     const int p = static_cast<int>(i % half);
     const int64_t th = i / half;  // t * heads + h
     const int64_t t = th / heads;
-    const float ang = static_cast<float>(pos ? pos[t] : p0 + t * stride) * inv_freq[p];
+    const float ang = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride) * inv_freq[p];
     float s, c;
     sincosf(ang, &s, &c);
     s *= sign;
@@ -50,10 +88,12 @@ __global__ void add_kernel(float* y, const float* x, int64_t n) {
     y[i] += x[i];
 }
 
-__global__ void scale_kernel(float* x, int64_t n, float s) {
+__global__ void scale_kernel(float* x, int64_t n, float s, bool round_in, bool round_out) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    x[i] *= s;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = (round_in ? bf16_round(x[i]) : x[i]) * s;
+    x[i] = round_out ? bf16_round(v) : v;
+  }
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float v) {
@@ -78,7 +118,31 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
   const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y);
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, nullptr, false);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
+                  Bf16Round r) {
+  if (rows <= 0) return;
+  HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
+  DeviceGuard g(ctx.device());
+  const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
+  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, r.in ? x : nullptr,
+                                                                           r.out);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
+               const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, int sign, Bf16Round r) {
+  if (n <= 0 || heads <= 0) return;
+  HS_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim && head_dim % 2 == 0,
+           "rope: bad rope_dim ", rope_dim, " for head_dim ", head_dim);
+  HS_CHECK(sign == 1 || sign == -1, "rope: sign must be +1 or -1");
+  DeviceGuard g(ctx.device());
+  const int64_t total = n * heads * (head_dim / 2);
+  rope_bf16_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, p0, stride,
+                                                                    inv_freq, static_cast<float>(sign), r.in, r.out);
   HS_CUDA_CHECK_LAUNCH();
 }
 
@@ -116,7 +180,14 @@ void add(DeviceContext& ctx, float* y, const float* x, int64_t n) {
 void scale(DeviceContext& ctx, float* x, int64_t n, float s) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s);
+  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s, false, false);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void scale_bf16(DeviceContext& ctx, float* x, int64_t n, float s, Bf16Round r) {
+  if (n <= 0) return;
+  DeviceGuard g(ctx.device());
+  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s, r.in, r.out);
   HS_CUDA_CHECK_LAUNCH();
 }
 

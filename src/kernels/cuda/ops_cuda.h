@@ -92,15 +92,29 @@ void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int
 // y may alias x (the unweighted per-head q norm runs in place with y == x).
 void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, int64_t d, float eps, float* y);
 
+// Model numerics' BF16 rounding points folded into the op beside them (one launch instead of
+// three): in = round_bf16 on the op's input, in place, before the op (exactly as a separate
+// cuda::round_bf16 would leave it); out = round_bf16 on what the op writes.
+struct Bf16Round {
+  bool in = false, out = false;
+};
+void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
+                  Bf16Round r);
+
 // Interleaved RoPE on the trailing rope_dim channels of each head, angle pos[t] * inv_freq[i]
 // (pos: int64 [n]; inv_freq: f32 [rope_dim/2]); sign -1 rotates backwards. In place.
 void rope(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
           const float* inv_freq, int sign);
-// The same with the positions p0 + t * stride (no position array to upload).
+// The same with the positions p0 + t * stride (no position array to upload), or, in the
+// overload with pos, pos[t] + p0 (device positions shifted by a constant; stride unused).
 void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, int64_t p0,
                  int64_t stride, const float* inv_freq, int sign);
 void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
                  const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, int sign);
+// RoPE (positions as rope_affine) with rounding of every channel of the heads, not only the
+// rotated ones.
+void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
+               const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, int sign, Bf16Round r);
 
 // ---------------------------------------------------------------------------------------
 // Hyper-connections (ds4-model-spec.md §4), X: [n, hc, D]. hc <= 8.
@@ -118,7 +132,7 @@ struct HcParams {
 void hc_pre(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post, float* comb);
 // X[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * X[t, j]   (in place)
 void hc_post(DeviceContext& ctx, const float* y, const float* post, const float* comb, int64_t n, int hc,
-             int64_t dim, float* X);
+             int64_t dim, float* X, bool round_out = false);  // round_out: X rounded to BF16
 // h[t] = sum_j (sigmoid(m_j * scale + base_j) + eps) * X[t, j]   (p.sinkhorn_iters unused)
 void hc_head(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* h);
 
@@ -199,6 +213,7 @@ double measure_copy_gbs(DeviceContext& ctx, size_t bytes = size_t{1} << 30, int 
 // Small elementwise helpers the forward pass needs.
 void add(DeviceContext& ctx, float* y, const float* x, int64_t n);     // y += x
 void scale(DeviceContext& ctx, float* x, int64_t n, float s);          // x *= s
+void scale_bf16(DeviceContext& ctx, float* x, int64_t n, float s, Bf16Round r);
 void fill(DeviceContext& ctx, float* x, int64_t n, float v);           // x = v
 
 }  // namespace hs::cuda

@@ -39,14 +39,16 @@ __global__ void round_bf16_kernel(float* x, int64_t n) {
 // `stride` apart), then bf16 when bf16_after; the tail [channels, stride) only gets the bf16.
 // One warp per segment of a row: segments 0..nblk-1 are the quantisation blocks, the rest
 // 128-wide pieces of the tail (bf16_after only). Lane l holds elements l, l+32, l+64, l+96.
-__global__ void fp8_blocks_kernel(float* x, int64_t rows, int64_t stride, int64_t channels, int block, int64_t nblk,
-                                  int64_t segs, bool bf16_after) {
+// src: where the rows are read (x itself in place; act_quant_fp8 out of place).
+__global__ void fp8_blocks_kernel(float* x, const float* src, int64_t rows, int64_t stride, int64_t channels,
+                                  int block, int64_t nblk, int64_t segs, bool bf16_after) {
   const int lane = threadIdx.x & 31;
   const int64_t total = rows * segs;
   const int64_t step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t w = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; w < total; w += step) {
     const int64_t r = w / segs, sg = w - r * segs;
     float* v = x + r * stride;
+    const float* in = src + r * stride;
     if (sg < nblk) {
       const int64_t b0 = sg * block, b1 = min64(channels, b0 + block);
       float val[4];
@@ -54,7 +56,7 @@ __global__ void fp8_blocks_kernel(float* x, int64_t rows, int64_t stride, int64_
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int64_t i = b0 + lane + 32 * k;
-        val[k] = i < b1 ? v[i] : 0.0f;
+        val[k] = i < b1 ? in[i] : 0.0f;
         if (i < b1) amax = amax_step(amax, val[k]);
       }
       const float s = block_scale(warp_amax(amax), 448.0f);
@@ -71,22 +73,22 @@ __global__ void fp8_blocks_kernel(float* x, int64_t rows, int64_t stride, int64_
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int64_t i = c0 + lane + 32 * k;
-        if (i < stride) v[i] = bf16_round(v[i]);
+        if (i < stride) v[i] = bf16_round(in[i]);
       }
     }
   }
 }
 
-void fp8_blocks(DeviceContext& ctx, float* x, int64_t rows, int64_t stride, int64_t channels, int block,
-                bool bf16_after) {
+void fp8_blocks(DeviceContext& ctx, float* x, const float* src, int64_t rows, int64_t stride, int64_t channels,
+                int block, bool bf16_after) {
   HS_CHECK(block > 0 && block <= 128, "internal: FP8 round-trip blocks of at most 128, got ", block);
   const int64_t nblk = (channels + block - 1) / block;
   const int64_t tail = bf16_after ? (stride - channels + 127) / 128 : 0;
   const int64_t segs = nblk + tail;
   if (rows <= 0 || segs <= 0) return;
   DeviceGuard g(ctx.device());
-  fp8_blocks_kernel<<<warp_grid(rows * segs), kThreads, 0, ctx.stream()>>>(x, rows, stride, channels, block, nblk,
-                                                                           segs, bf16_after);
+  fp8_blocks_kernel<<<warp_grid(rows * segs), kThreads, 0, ctx.stream()>>>(x, src, rows, stride, channels, block,
+                                                                           nblk, segs, bf16_after);
   HS_CUDA_CHECK_LAUNCH();
 }
 
@@ -164,13 +166,18 @@ void round_bf16(DeviceContext& ctx, float* x, int64_t n) {
 
 void act_quant_fp8(DeviceContext& ctx, float* x, int64_t rows, int64_t cols) {
   HS_CHECK(rows >= 0 && cols >= 0, "act_quant_fp8: bad shape ", rows, "x", cols);
-  fp8_blocks(ctx, x, rows, cols, cols, 128, false);
+  fp8_blocks(ctx, x, x, rows, cols, cols, 128, false);
+}
+
+void act_quant_fp8(DeviceContext& ctx, float* dst, const float* src, int64_t rows, int64_t cols) {
+  HS_CHECK(rows >= 0 && cols >= 0, "act_quant_fp8: bad shape ", rows, "x", cols);
+  fp8_blocks(ctx, dst, src, rows, cols, cols, 128, false);
 }
 
 void kv_fp8_sim(DeviceContext& ctx, float* x, int64_t rows, int64_t head_dim, int64_t channels) {
   HS_CHECK(rows >= 0 && head_dim >= 0 && channels >= 0 && channels <= head_dim, "kv_fp8_sim: bad shape ", rows, "x",
            head_dim, " with ", channels, " FP8 channels");
-  fp8_blocks(ctx, x, rows, head_dim, channels, 64, true);
+  fp8_blocks(ctx, x, x, rows, head_dim, channels, 64, true);
 }
 
 void indexer_fp4_sim(DeviceContext& ctx, float* x, int64_t rows, int64_t d) {

@@ -63,10 +63,12 @@ __global__ void compressor_gather_kernel(CompressorBuffers st, int buf_n, bool h
   }
 }
 
-// One block per query.
-__global__ void attention_rows_kernel(int64_t p0, int window, int ratio, int64_t n_entries, const int32_t* sel, int k,
-                                      int32_t* rows, int32_t* n_rows, int64_t rows_ld) {
+// One block per query. With pos (device), the queries sit at pos[0] + t (a decode step's
+// position read at run time, so one captured graph serves every step).
+__global__ void attention_rows_kernel(const int64_t* pos, int64_t p0_arg, int window, int ratio, int64_t n_entries,
+                                      const int32_t* sel, int k, int32_t* rows, int32_t* n_rows, int64_t rows_ld) {
   const int64_t t = blockIdx.x;
+  const int64_t p0 = pos ? pos[0] : p0_arg;
   const int64_t p = p0 + t;
   const int64_t cw = p + 1 < window ? p + 1 : window;
   const int64_t first = p - cw + 1;
@@ -100,7 +102,28 @@ __global__ void attention_rows_kernel(int64_t p0, int window, int ratio, int64_t
   if (threadIdx.x == 0) n_rows[t] = static_cast<int32_t>(cw + nc);
 }
 
+// One row per pair: dst[slot * width + c] = src[c], slot = ((pos[0] + add) / div) % mod.
+__global__ void store_row_at_kernel(float* dst0, const float* src0, float* dst1, const float* src1, int64_t width,
+                                    const int64_t* pos, int64_t add, int64_t div, int64_t mod) {
+  const int64_t slot = ((pos[0] + add) / div) % mod;
+  float* dst = blockIdx.y == 0 ? dst0 : dst1;
+  const float* src = blockIdx.y == 0 ? src0 : src1;
+  for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < width;
+       c += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    dst[slot * width + c] = src[c];
+}
+
 }  // namespace
+
+void store_row_at(DeviceContext& ctx, float* dst0, const float* src0, float* dst1, const float* src1, int64_t width,
+                  const int64_t* pos, int64_t add, int64_t div, int64_t mod) {
+  HS_CHECK(pos && dst0 && src0 && div >= 1 && mod >= 1 && width >= 1 && (!dst1) == (!src1),
+           "store_row_at: bad arguments");
+  DeviceGuard guard(ctx.device());
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((width + 255) / 256, 64)), dst1 ? 2u : 1u);
+  store_row_at_kernel<<<grid, 256, 0, ctx.stream()>>>(dst0, src0, dst1, src1, width, pos, add, div, mod);
+  HS_CUDA_CHECK_LAUNCH();
+}
 
 void compressor_gather(DeviceContext& ctx, const CompressorBuffers& st, int buf_n, bool has_prev, const float* a,
                        const float* g, int64_t n, const float* ape, int64_t nw, float* kv_out, float* gate_out,
@@ -124,14 +147,14 @@ int64_t attention_rows_ld(int64_t n, int64_t p0, int window, int ratio, int64_t 
 }
 
 void attention_rows(DeviceContext& ctx, int64_t n, int64_t p0, int window, int ratio, int64_t n_entries,
-                    const int32_t* sel, int k, int32_t* rows, int32_t* n_rows, int64_t rows_ld) {
+                    const int32_t* sel, int k, int32_t* rows, int32_t* n_rows, int64_t rows_ld, const int64_t* pos) {
   if (n <= 0) return;
   HS_CHECK(rows_ld >= attention_rows_ld(n, p0, window, ratio, n_entries, sel != nullptr, k),
            "attention_rows: rows_ld ", rows_ld, " is too small");
   HS_CHECK(n_entries <= kAttnRowMask && window <= kAttnRowMask, "attention_rows: too many rows for the pool index");
   DeviceGuard guard(ctx.device());
-  attention_rows_kernel<<<static_cast<unsigned>(n), 128, 0, ctx.stream()>>>(p0, window, ratio, n_entries, sel, k,
-                                                                            rows, n_rows, rows_ld);
+  attention_rows_kernel<<<static_cast<unsigned>(n), 128, 0, ctx.stream()>>>(pos, p0, window, ratio, n_entries, sel,
+                                                                            k, rows, n_rows, rows_ld);
   HS_CUDA_CHECK_LAUNCH();
 }
 

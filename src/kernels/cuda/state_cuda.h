@@ -34,9 +34,20 @@ void compressor_gather(DeviceContext& ctx, const CompressorBuffers& st, int buf_
 // p0 + t: the window rows max(0, p - window + 1) .. p, then the compressed entries: those of
 // sel [n, k] (>= 0; -1 padding only at the end of a row) or, when sel is null and ratio > 0,
 // every visible one, min(n_entries, (p + 1) / ratio). rows [n, rows_ld], n_rows [n].
+// With pos (device int64, non-null) the queries' first position is read from pos[0] at run
+// time instead of p0 (a captured decode step); rows_ld must then hold any position's rows
+// (window + k, or window + n_entries without sel), and n_entries may be a capacity: only (p + 1) / ratio are visible.
 void attention_rows(DeviceContext& ctx, int64_t n, int64_t p0, int window, int ratio, int64_t n_entries,
-                    const int32_t* sel, int k, int32_t* rows, int32_t* n_rows, int64_t rows_ld);
+                    const int32_t* sel, int k, int32_t* rows, int32_t* n_rows, int64_t rows_ld,
+                    const int64_t* pos = nullptr);
 // The rows_ld attention_rows needs.
 int64_t attention_rows_ld(int64_t n, int64_t p0, int window, int ratio, int64_t n_entries, bool has_sel, int k);
+
+// A decode step's row stores at a position read at run time (pos: device int64, pos[0]):
+// dst[slot * width .. + width) = src[0 .. width) with slot = ((pos[0] + add) / div) % mod, for
+// one or two (dst, src) pairs (dst1/src1 may be null). The SWA ring (add 0, div 1, mod window),
+// a compressor's open window (mod ratio) and a new compressed entry (add 1 - ratio, div ratio).
+void store_row_at(DeviceContext& ctx, float* dst0, const float* src0, float* dst1, const float* src1, int64_t width,
+                  const int64_t* pos, int64_t add, int64_t div, int64_t mod);
 
 }  // namespace hs::cuda
