@@ -241,6 +241,14 @@ TEST_F(BackendOps, NumericsActQuantFp8) {
     oop.v = dst.get();
     expect_exact("act_quant_fp8", dims({k.rows, k.cols}) + " out of place", oop, want, in);
     check_exact("act_quant_fp8", "source kept", dims({k.rows, k.cols}), mismatches(src.get(), in, in, true));
+    // With the BF16 rounding of its input folded in (model numerics' r = bf16(wo_a x), then FP8).
+    std::vector<float> want_r = in;
+    cpu.round_bf16(want_r.data(), k.rows * k.cols);
+    cpu.act_quant_fp8(want_r.data(), k.rows, k.cols);
+    const Out got_r = run_in_place(ctx(), in, [&](float* p) { hc::act_quant_fp8(ctx(), p, p, k.rows, k.cols, true); });
+    // (The rounding turns the largest finite inputs into inf, whose FP8 blocks become NaN: the
+    // NaN positions must match, their payloads differ between the CPU's and the GPU's NaN.)
+    expect_exact("act_quant_fp8", dims({k.rows, k.cols}) + " bf16 in", got_r, want_r, in, true);
   }
 }
 

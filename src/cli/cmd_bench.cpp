@@ -234,10 +234,12 @@ int cmd_bench(const Args& args) {
     graphs.replayed += g.replayed;
     graphs.eager += g.eager;
     graphs.failed += g.failed;
+    graphs.nodes += g.nodes;
   }
   if (graphs.captured + graphs.replayed + graphs.eager > 0)
-    std::printf("decode steps per shard: %lld replayed as CUDA graphs, %lld captured, %lld op by op%s\n\n",
-                static_cast<long long>(graphs.replayed), static_cast<long long>(graphs.captured),
+    std::printf("decode steps per shard: %lld replayed as CUDA graphs, %lld captured (the latest: %zu operations "
+                "over the shards), %lld op by op%s\n\n",
+                static_cast<long long>(graphs.replayed), static_cast<long long>(graphs.captured), graphs.nodes,
                 static_cast<long long>(graphs.eager), graphs.failed ? " (a capture failed)" : "");
   std::printf("| test | tokens | seconds | tok/s | weight GB/token | GB/s | %% of copy |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
@@ -274,7 +276,8 @@ int cmd_bench(const Args& args) {
                                   {"results", jr}};
     if (!split_json.empty()) out["split"] = split_json;
     out["decode_steps"] = {{"graph_replays", graphs.replayed}, {"graph_captures", graphs.captured},
-                           {"op_by_op", graphs.eager}, {"capture_failures", graphs.failed}};
+                           {"op_by_op", graphs.eager}, {"capture_failures", graphs.failed},
+                           {"graph_operations", graphs.nodes}};
     std::ofstream f(*a.get("json"));
     HS_CHECK(f, "--json: cannot write ", *a.get("json"));
     f << out.dump(2) << "\n";

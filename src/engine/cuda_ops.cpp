@@ -166,6 +166,7 @@ class CudaOps : public Ops {
   bool can_capture() const override { return !prof_.on(); }
   struct CudaGraph : Graph {
     cuda::CapturedGraph g;
+    size_t nodes() const override { return g.nodes(); }
   };
   void begin_capture() override { ctx_.begin_capture(); }
   std::unique_ptr<Graph> end_capture() override {
@@ -290,9 +291,10 @@ class CudaOps : public Ops {
     float* out = sp ? alloc(nw * d) : dev.entries() + st.n_entries * d;
     const bool model = num == Numerics::Model;  // the rounding points of CpuOps::compressor_update
     cuda::compress_pool(ctx_, kv, gate, slots, d, nw, out);
-    if (model) cuda::round_bf16(ctx_, out, nw * d);
-    cuda::rmsnorm(ctx_, out, vec(w.norm), nw, d, eps, out);
-    if (model) cuda::round_bf16(ctx_, out, nw * d);
+    if (model)
+      cuda::rmsnorm_bf16(ctx_, out, vec(w.norm), nw, d, eps, out, {true, true});
+    else
+      cuda::rmsnorm(ctx_, out, vec(w.norm), nw, d, eps, out);
     if (sp)
       cuda::rope_affine(ctx_, out, nw, 1, d, rope.rope_dim, sp, 1 - r, 0, vec(rope.inv_freq), +1);
     else
@@ -416,7 +418,7 @@ class CudaOps : public Ops {
     const float* xin = x;
     if (model) {
       float* xq = alloc(n * D);
-      act_quant_fp8_copy(xq, x, n, D);
+      act_quant_fp8_copy(xq, x, n, D, false);
       xin = xq;
     }
     void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
@@ -435,9 +437,9 @@ class CudaOps : public Ops {
     auto prof = prof_.scope("act_quant_fp8");
     cuda::act_quant_fp8(ctx_, x, rows, cols);
   }
-  void act_quant_fp8_copy(float* dst, const float* src, int64_t rows, int64_t cols) override {
+  void act_quant_fp8_copy(float* dst, const float* src, int64_t rows, int64_t cols, bool round_in) override {
     auto prof = prof_.scope("act_quant_fp8");
-    cuda::act_quant_fp8(ctx_, dst, src, rows, cols);
+    cuda::act_quant_fp8(ctx_, dst, src, rows, cols, round_in);
   }
   void kv_fp8_sim(float* x, int64_t rows, int64_t head_dim, int64_t channels) override {
     auto prof = prof_.scope("kv_fp8_sim");

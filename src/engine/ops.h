@@ -118,6 +118,7 @@ class Ops {
   class Graph {
    public:
     virtual ~Graph() = default;
+    virtual size_t nodes() const { return 0; }  // operations in the captured step
   };
   virtual void begin_capture() {}
   virtual std::unique_ptr<Graph> end_capture() { return nullptr; }
@@ -199,9 +200,11 @@ class Ops {
   }
   // FP8 e4m3 activation quantisation of a linear's input, 1x128 blocks with ue8m0 scales.
   virtual void act_quant_fp8(float* x, int64_t rows, int64_t cols) = 0;
-  // The same into dst, src left as is (the default: copy, then in place).
-  virtual void act_quant_fp8_copy(float* dst, const float* src, int64_t rows, int64_t cols) {
-    copy(dst, src, rows * cols);
+  // The same into dst (which may be src), with src rounded to BF16 first when round_in (as
+  // round_bf16 on it would; src is left as is unless it is dst). The default: copy, round, quantise.
+  virtual void act_quant_fp8_copy(float* dst, const float* src, int64_t rows, int64_t cols, bool round_in) {
+    if (dst != src) copy(dst, src, rows * cols);
+    if (round_in) round_bf16(dst, rows * cols);
     act_quant_fp8(dst, rows, cols);
   }
   // FP8 simulation (64-blocks) of the non-RoPE channels of KV rows, then BF16.

@@ -80,7 +80,7 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   const float* x = x_in;
   if (model()) {
     float* xq = ops_.alloc(n * D);
-    ops_.act_quant_fp8_copy(xq, x_in, n, D);
+    ops_.act_quant_fp8_copy(xq, x_in, n, D, false);
     x = xq;
   }
 
@@ -91,7 +91,7 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   float* cq_in = cq;
   if (model()) {
     cq_in = ops_.alloc(n * c.q_lora_rank);
-    ops_.act_quant_fp8_copy(cq_in, cq, n, c.q_lora_rank);
+    ops_.act_quant_fp8_copy(cq_in, cq, n, c.q_lora_rank, false);
   }
   float* q = ops_.alloc(n * H * hd);
   ops_.matmul(L.wq_b, cq_in, n, q);
@@ -164,8 +164,7 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
     ops_.rope(o, n, H, hd, rope, pos, -1);
   float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
   ops_.grouped_matmul(L.wo_a, c.o_groups, o, n, r);
-  bf16(r, n * c.o_groups * c.o_lora_rank);
-  act_quant(r, n, c.o_groups * c.o_lora_rank);
+  if (model()) ops_.act_quant_fp8_copy(r, r, n, c.o_groups * c.o_lora_rank, true);  // bf16(r), then FP8
   ops_.matmul(L.wo_b, r, n, y);
   bf16(y, n * D);
 }

@@ -155,6 +155,7 @@ void StepGraphs::capture(std::span<SequenceState* const> seqs, std::vector<uint6
                                     "advance_decode_counters; its graph cannot be replayed");
   ops_.replay(*graph);
   ++stats_.captured;
+  stats_.nodes = graph->nodes();
   if (cache_.size() >= kMaxGraphs) {  // evict the least recently used
     size_t lru = 0;
     for (size_t i = 1; i < cache_.size(); ++i)

@@ -28,6 +28,7 @@ struct StepGraphStats {
   int64_t replayed = 0;  // steps run by replaying an earlier capture
   int64_t failed = 0;    // captures that failed (the shard then stays op by op)
   size_t cached = 0;     // graphs held now
+  size_t nodes = 0;      // operations (kernels, copies) in the latest capture
 };
 
 class StepGraphs {

@@ -351,4 +351,30 @@ int DeviceContext::blocks_per_sm(const void* func, int threads, size_t dynamic_s
   return n;
 }
 
+bool DeviceContext::cluster_fits(const void* func, int cluster, int threads, bool non_portable) {
+  std::lock_guard<std::mutex> lk(attr_mu_);
+  const auto key = std::make_pair(func, std::make_pair(cluster, threads));
+  auto it = cluster_fits_.find(key);
+  if (it != cluster_fits_.end()) return it->second;
+  DeviceGuard g(device_);
+  bool fits = false;
+  if (!non_portable || cudaFuncSetAttribute(func, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(cluster));
+    cfg.blockDim = dim3(static_cast<unsigned>(threads));
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    fits = cudaOccupancyMaxActiveClusters(&n, func, &cfg) == cudaSuccess && n > 0;
+  }
+  (void)cudaGetLastError();  // a refused size is an answer, not an error
+  cluster_fits_[key] = fits;
+  return fits;
+}
+
 }  // namespace hs::cuda

@@ -187,6 +187,9 @@ class DeviceContext {
   // kernel's dynamic shared-memory limit once, and caches its occupancy for a block shape.
   void ensure_dynamic_smem(const void* func, size_t bytes);
   int blocks_per_sm(const void* func, int threads, size_t dynamic_smem);
+  // Whether clusters of `cluster` blocks of `threads` can run on this device (asked once per
+  // kernel and shape); non_portable first allows sizes above 8 for the kernel.
+  bool cluster_fits(const void* func, int cluster, int threads, bool non_portable);
 
  private:
   friend class ScratchLease;
@@ -218,6 +221,7 @@ class DeviceContext {
   std::mutex attr_mu_;
   std::map<const void*, size_t> smem_set_;
   std::map<std::pair<const void*, std::pair<int, size_t>>, int> occupancy_;
+  std::map<std::pair<const void*, std::pair<int, int>>, bool> cluster_fits_;
 };
 
 // Whether kernels and copies on `from` can reach `to`'s memory directly (NVLink / PCIe P2P).

@@ -222,11 +222,12 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(const float* part
   }
 }
 
-constexpr int kHcCluster = 8;          // blocks per token
-constexpr int kHcClusterThreads = 512;
+// Blocks per token x threads: 16 x 256 where the device can co-schedule a cluster of 16 (a
+// non-portable size: Hopper), else the portable 8 x 512. Each block streams 1/kHcCluster of fn,
+// so more blocks put more SMs' load bandwidth on the 1.5 MB projection.
 constexpr int64_t kHcClusterMaxTokens = 16;
 
-template <bool HEAD>
+template <bool HEAD, int kHcCluster, int kHcClusterThreads>
 __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcParams p, const float* X, float* u,
                                                                          float* post, float* comb) {
   constexpr int HC = 4, MIX = HEAD ? HC : (2 + HC) * HC, NV = HEAD ? 8 : 32;  // v[MIX]: the sum of squares
@@ -306,7 +307,7 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
   }
 }
 
-template <bool HEAD>
+template <bool HEAD, int kHcCluster, int kHcClusterThreads>
 void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post,
                        float* comb) {
   cudaLaunchConfig_t cfg{};
@@ -321,7 +322,15 @@ void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, in
   attr[0].val.clusterDim.z = 1;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  HS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_cluster_kernel<HEAD>, p, X, u, post, comb));
+  HS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_cluster_kernel<HEAD, kHcCluster, kHcClusterThreads>, p, X, u, post, comb));
+}
+
+template <bool HEAD>
+void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post,
+                       float* comb) {
+  const void* wide = reinterpret_cast<const void*>(hc_cluster_kernel<HEAD, 16, 256>);
+  if (ctx.cluster_fits(wide, 16, 256, true)) launch_hc_cluster<HEAD, 16, 256>(ctx, p, X, n, u, post, comb);
+  else launch_hc_cluster<HEAD, 8, 512>(ctx, p, X, n, u, post, comb);
 }
 
 void hc_collapse(DeviceContext& ctx, const HcParams& p, int mix, bool head, const float* X, int64_t n, float* u,

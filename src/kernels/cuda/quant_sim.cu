@@ -41,7 +41,7 @@ __global__ void round_bf16_kernel(float* x, int64_t n) {
 // 128-wide pieces of the tail (bf16_after only). Lane l holds elements l, l+32, l+64, l+96.
 // src: where the rows are read (x itself in place; act_quant_fp8 out of place).
 __global__ void fp8_blocks_kernel(float* x, const float* src, int64_t rows, int64_t stride, int64_t channels,
-                                  int block, int64_t nblk, int64_t segs, bool bf16_after) {
+                                  int block, int64_t nblk, int64_t segs, bool bf16_after, bool bf16_before) {
   const int lane = threadIdx.x & 31;
   const int64_t total = rows * segs;
   const int64_t step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -56,7 +56,7 @@ __global__ void fp8_blocks_kernel(float* x, const float* src, int64_t rows, int6
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const int64_t i = b0 + lane + 32 * k;
-        val[k] = i < b1 ? in[i] : 0.0f;
+        val[k] = i < b1 ? (bf16_before ? bf16_round(in[i]) : in[i]) : 0.0f;
         if (i < b1) amax = amax_step(amax, val[k]);
       }
       const float s = block_scale(warp_amax(amax), 448.0f);
@@ -80,7 +80,7 @@ __global__ void fp8_blocks_kernel(float* x, const float* src, int64_t rows, int6
 }
 
 void fp8_blocks(DeviceContext& ctx, float* x, const float* src, int64_t rows, int64_t stride, int64_t channels,
-                int block, bool bf16_after) {
+                int block, bool bf16_after, bool bf16_before = false) {
   HS_CHECK(block > 0 && block <= 128, "internal: FP8 round-trip blocks of at most 128, got ", block);
   const int64_t nblk = (channels + block - 1) / block;
   const int64_t tail = bf16_after ? (stride - channels + 127) / 128 : 0;
@@ -88,7 +88,7 @@ void fp8_blocks(DeviceContext& ctx, float* x, const float* src, int64_t rows, in
   if (rows <= 0 || segs <= 0) return;
   DeviceGuard g(ctx.device());
   fp8_blocks_kernel<<<warp_grid(rows * segs), kThreads, 0, ctx.stream()>>>(x, src, rows, stride, channels, block,
-                                                                           nblk, segs, bf16_after);
+                                                                           nblk, segs, bf16_after, bf16_before);
   HS_CUDA_CHECK_LAUNCH();
 }
 
@@ -169,9 +169,9 @@ void act_quant_fp8(DeviceContext& ctx, float* x, int64_t rows, int64_t cols) {
   fp8_blocks(ctx, x, x, rows, cols, cols, 128, false);
 }
 
-void act_quant_fp8(DeviceContext& ctx, float* dst, const float* src, int64_t rows, int64_t cols) {
+void act_quant_fp8(DeviceContext& ctx, float* dst, const float* src, int64_t rows, int64_t cols, bool round_in) {
   HS_CHECK(rows >= 0 && cols >= 0, "act_quant_fp8: bad shape ", rows, "x", cols);
-  fp8_blocks(ctx, dst, src, rows, cols, cols, 128, false);
+  fp8_blocks(ctx, dst, src, rows, cols, cols, 128, false, round_in);
 }
 
 void kv_fp8_sim(DeviceContext& ctx, float* x, int64_t rows, int64_t head_dim, int64_t channels) {

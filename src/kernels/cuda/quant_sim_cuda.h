@@ -18,9 +18,10 @@ void round_bf16(DeviceContext& ctx, float* x, int64_t n);
 // per row and 128-block, s = 2^ceil(log2(max(amax, 1e-4) / 448)), v <- e4m3(clamp(v / s)) * s.
 // = cpu::fp8_round_trip(x, rows, cols, cols, 128).
 void act_quant_fp8(DeviceContext& ctx, float* x, int64_t rows, int64_t cols);
-// The same from src into dst (src left as is; one launch where a copy and the in-place form
-// would be two).
-void act_quant_fp8(DeviceContext& ctx, float* dst, const float* src, int64_t rows, int64_t cols);
+// The same from src into dst (dst may be src; one launch where a copy and the in-place form
+// would be two); round_in: src rounded to BF16 first, as round_bf16 would (model numerics' r).
+void act_quant_fp8(DeviceContext& ctx, float* dst, const float* src, int64_t rows, int64_t cols,
+                   bool round_in = false);
 
 // KV FP8 simulation on [rows, head_dim]: the FP8 round trip in 64-blocks over the first
 // `channels` of each row, then bf16 of the whole row (the RoPE tail is only bf16-rounded).

@@ -36,7 +36,8 @@ void compressor_gather(DeviceContext& ctx, const CompressorBuffers& st, int buf_
 // every visible one, min(n_entries, (p + 1) / ratio). rows [n, rows_ld], n_rows [n].
 // With pos (device int64, non-null) the queries' first position is read from pos[0] at run
 // time instead of p0 (a captured decode step); rows_ld must then hold any position's rows
-// (window + k, or window + n_entries without sel), and n_entries may be a capacity: only (p + 1) / ratio are visible.
+// (window + k, or window + n_entries without sel), and n_entries may be a capacity: only
+// (p + 1) / ratio entries are visible.
 void attention_rows(DeviceContext& ctx, int64_t n, int64_t p0, int window, int ratio, int64_t n_entries,
                     const int32_t* sel, int k, int32_t* rows, int32_t* n_rows, int64_t rows_ld,
                     const int64_t* pos = nullptr);
