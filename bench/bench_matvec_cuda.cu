@@ -1,5 +1,5 @@
 // Batch-1 matvec bandwidth on the GPU, per weight type, at DeepSeek-V4-Flash shapes, against a
-// measured device-to-device copy. Not run by CI (it needs a GPU); see docs/performance.md.
+// measured device-to-device copy. Not run by CI (it needs a GPU); see docs/performance-kernels.md.
 //
 //   bench_matvec_cuda [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants]
 //                     [--gguf [--quants DIR]]

@@ -268,7 +268,7 @@ __global__ void __launch_bounds__(kMv1MaxWarps * 32) mv1_kernel(Mv1Args a) {
 }
 
 // Whether matmul's n == 1 takes the register-input kernel. Measured on an H200 against the
-// shared-memory kernel (docs/performance.md, bench_matvec_cuda --variants): it wins on small
+// shared-memory kernel (docs/performance.md "Decode kernels", bench_matvec_cuda --variants): it wins on small
 // matrices with wide rows (one step of rows per warp covers them: wq_a, wkv, the router, the
 // expert-sized Q8_0/FP8 ones) and on the FP8 LM head, and loses on MXFP4 (bound by the nibble
 // decode either way), on narrow rows (wq_b's 1024) and on the mid-size 2-byte and F32 matrices.
@@ -327,7 +327,7 @@ constexpr int rows_per_warp() {
 }
 
 // rpw: rows per warp for the single-column kernels (1, 2 or 4; 0 = automatic). Measured on
-// an H200 (docs/performance.md): one row per warp wins where rows are few (more warps in
+// an H200 (docs/performance-kernels.md): one row per warp wins where rows are few (more warps in
 // flight), the type's default elsewhere.
 template <WType T, int NC>
 void launch_matvec_nc(DeviceContext& ctx, MvArgs a, int groups, int rpw) {

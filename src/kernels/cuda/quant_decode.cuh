@@ -17,7 +17,7 @@
 // where the divergent grid lookups cost one shared load each. The tables are __device__ (global
 // memory, read through L2 with 16-byte loads), not __constant__: the constant cache serializes
 // the divergent reads of that copy, which measured 2-3.6 us per block for the 16 KB IQ1 grid on
-// the H200 (docs/performance.md).
+// the H200 (docs/performance-kernels.md).
 #pragma once
 #include <cstdint>
 #include <limits>
