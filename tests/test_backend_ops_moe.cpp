@@ -14,7 +14,6 @@
 #ifdef HS_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include <cstdlib>
 #include <functional>
 
 #include "backend_ops_util.h"
@@ -418,33 +417,7 @@ TEST_F(BackendOps, MoeExpertsFlash) {
     const std::string name = kd.name() + (p.sh ? "+Q8_0" : "");
     const double routed = static_cast<double>(p.k) * (p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
     const double shared = p.sh ? static_cast<double>(p.sh->w1.bytes.size() * 2 + p.sh->w2.bytes.size()) : 0.0;
-    // TEMPORARY (measurement build): HS_MOE_VARIANTS=1 checks and times each decode variant of
-    // the library's HS_MOE_DEC switch at n = 1 and 5; HS_MOE_DECODE_ONLY=1 skips n = 512.
-    if (std::getenv("HS_MOE_VARIANTS") && kd.type != hc::WType::GGML_BLOCK) {
-      for (const char* v : {"old", "f32", "mma"}) {
-        setenv("HS_MOE_DEC", v, 1);
-        check_problem(ctx(), p, name + "/" + v, 1, 42501, false, true, false);
-        for (int64_t n : {1, 2, 5}) {
-          Bufs r(ctx(), p, p.input(n, 42700), n, make_routing(n, p.k, p.E, 42600 + n));
-          const double ms = median_ms(ctx(), [&] {
-            hc::moe_experts(ctx(), p.d1.view, p.d3.view, p.d2.view, p.E, r.x.p(), n, r.idx.p(), r.wt.p(), p.k, kLimit,
-                            hc::GemmMode::F32, r.ws.p(), r.y.p());
-          });
-          std::printf("[moe-variant] %-14s %-3s n=%lld routed %6.1f us %5.0f GB/s", name.c_str(), v,
-                      static_cast<long long>(n), ms * 1e3, routed / (ms * 1e-3) / 1e9);
-          if (p.sh)
-            for (bool model : {false, true}) {
-              const double ms2 = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, model); });
-              std::printf(" | +shared %s %6.1f us %5.0f GB/s", model ? "model" : "ref", ms2 * 1e3,
-                          (routed + shared) / (ms2 * 1e-3) / 1e9);
-            }
-          std::printf("\n");
-        }
-      }
-      unsetenv("HS_MOE_DEC");
-    }
     for (int64_t n : {1, 512}) {
-      if (n == 512 && std::getenv("HS_MOE_DECODE_ONLY")) continue;
       if (n == 1 || full) check_problem(ctx(), p, name, n, 42500 + n, false, n == 1, false);
       Bufs r(ctx(), p, p.input(n, 42700), n, make_routing(n, p.k, p.E, 42600 + n));
       for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {

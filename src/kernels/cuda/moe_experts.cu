@@ -26,9 +26,6 @@
 
 #include "kernels/cuda/moe_experts_common.cuh"
 #include "kernels/cuda/moe_experts_decode.cuh"
-#include "kernels/cuda/moe_fast_decode.cuh"
-
-#include <cstdlib>
 
 namespace hs::cuda {
 
@@ -420,7 +417,7 @@ WsLayout ws_layout(int64_t n, int k, int64_t D, int64_t I, int E) {
   auto take = [&](int64_t b) { return std::exchange(w.total, w.total + static_cast<size_t>((b + 255) / 256 * 256)); };
   // (comma operator: left to right)
   w.h = take((nk + n) * I * 4), w.gs = take(n * I * 4), w.us = take(n * I * 4), w.ds = take(n * D * 4);
-  w.d = take((nk + n) * D * 4), w.perm = take(nk * 4), w.pos = take(nk * 4), w.items = take(max_items(nk, E) * 16),
+  w.d = take(nk * D * 4), w.perm = take(nk * 4), w.pos = take(nk * 4), w.items = take(max_items(nk, E) * 16),
   w.n_items = take(4);
   return w;
 }
@@ -483,45 +480,6 @@ void launch_pf(DeviceContext& ctx, const WeightView& w, PfArgs a, GemmMode mode,
   });
 }
 
-// The decode path of moe_fast_decode.cuh when every matrix has a native type and the input rows
-// fit in shared memory; false: nothing was launched. mma: MXFP4 on tensor cores.
-bool fast_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int E,
-                 const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
-                 uint8_t* ws, float* y, const MoeShared* shared, bool model, bool mma) {
-  const int64_t I = w1.rows / E, D = w1.cols, nk = n * k;
-  const WType tg = w1.type, td = w2.type;
-  const WType sg = shared ? shared->w1.type : tg, sd = shared ? shared->w2.type : td;
-  if (!fast_native(tg) || !fast_native(td) || !fast_native(sg) || !fast_native(sd)) return false;
-  const size_t optin = ctx.props().sharedMemPerBlockOptin;
-  const size_t need = std::max(std::max(fast_smem(tg, mma, D), fast_smem(sg, mma, D)),
-                               std::max(fast_smem(td, mma, I), fast_smem(sd, mma, I)));
-  if (need + 4096 > optin) return false;
-  const WsLayout L = ws_layout(n, k, D, I, E);
-  float* h = reinterpret_cast<float*>(ws + L.h);
-  float* d = reinterpret_cast<float*>(ws + L.d);
-  int32_t* perm = reinterpret_cast<int32_t*>(ws + L.perm);
-  const int nsh = shared ? static_cast<int>(n) : 0;
-  auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
-  FastArgs a{};
-  a.wa[0] = u8(w1.data), a.wb[0] = u8(w3.data), a.sa[0] = u8(w1.scales), a.sb[0] = u8(w3.scales);
-  if (shared)
-    a.wa[1] = u8(shared->w1.data), a.wb[1] = u8(shared->w3.data), a.sa[1] = u8(shared->w1.scales),
-    a.sb[1] = u8(shared->w3.scales);
-  a.x = x, a.idx = idx, a.weight = weight, a.out = h, a.idx_sorted = perm, a.rows = I, a.K = D;
-  a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.q0 = 0, a.limit = limit;
-  fast_pair<true>(ctx, a, tg, sg, mma, static_cast<int>(nk), nsh);
-  if (model) act_quant_fp8(ctx, h, nk + nsh, I);  // the FP8 round trip of the down projections' inputs
-  a.wa[0] = a.wb[0] = u8(w2.data), a.sa[0] = a.sb[0] = u8(w2.scales);
-  if (shared) a.wa[1] = a.wb[1] = u8(shared->w2.data), a.sa[1] = a.sb[1] = u8(shared->w2.scales);
-  a.x = h, a.idx = perm, a.weight = nullptr, a.out = d, a.idx_sorted = nullptr, a.rows = D, a.K = I;
-  fast_pair<false>(ctx, a, td, sd, mma, static_cast<int>(nk), nsh);
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
-                  static_cast<unsigned>(n));
-  fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, nk, D, shared != nullptr, model, y);
-  HS_CUDA_CHECK_LAUNCH();
-  return true;
-}
-
 }  // namespace
 
 size_t moe_experts_workspace_bytes(int64_t n, int k, int64_t D, int64_t I, int n_experts) {
@@ -564,13 +522,6 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   float* h = fws(L.h);  // routed rows, then the shared expert's
   float* hs = h + n * k * I;
   const int64_t nk = n * k;
-
-  // Native weights in decode: moe_fast_decode.cuh (two streaming launches and a combine).
-  const char* var = std::getenv("HS_MOE_DEC");  // TEMPORARY measurement switch: old | f32 | (mma)
-  const int variant = !var ? 2 : var[0] == 'o' ? 0 : var[0] == 'f' ? 1 : 2;
-  if (n <= kMatvecMaxCols && variant > 0 &&
-      fast_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, ws, y, shared, model, variant == 2))
-    return;
 
   // Routed experts. Decode (n <= 8): the streaming kernels; the down projection sums the slots
   // of a token as one dot product over the concatenated h rows in ascending expert id, or, under
