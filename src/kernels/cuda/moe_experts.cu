@@ -1,6 +1,16 @@
 // Routed MoE experts with every data-dependent decision on the device (moe_cuda.h).
 //
-// Decode (n <= 8): two f32 weight-streaming kernels (matvec.cu's scheme). Gate/up: row groups
+// Decode (n <= 8), native weight types (moe_fast_decode.cuh): one launch streams every gate/up
+// matrix (the routed slots and the shared expert, which may have another type: one block per
+// slot and row block, K split over the block's warps, 16-byte loads two groups deep) and writes
+// h = weight * swiglu_clamp(g, u) to [t, rank, :] (rank = the slot's place in ascending expert
+// order) with the experts in that order; one launch streams every down matrix (one segment per
+// slot or shared expert) into per-segment rows, and a small kernel adds each token's segments
+// in ascending expert id, then the shared one (model numerics: each rounded to bf16, the FP8
+// round trip of h in between). MXFP4 runs on tensor cores with exactly dequantised bf16 weights
+// and the input split into three bf16 terms (f32-exact); the other types in f32.
+// Decode with GGUF blocks (the older scheme, moe_experts_decode.cuh): two f32 weight-streaming
+// kernels (matvec.cu's scheme). Gate/up: row groups
 // per (token, slot); a warp owns R rows of the slot's expert in w1 and the same rows in w3 (2R
 // streams, a 16-byte chunk per lane per step, the next step in flight; x in shared memory,
 // swizzled); split-K partials are combined in a fixed order and h = weight * swiglu_clamp(g, u)
@@ -26,6 +36,7 @@
 
 #include "kernels/cuda/moe_experts_common.cuh"
 #include "kernels/cuda/moe_experts_decode.cuh"
+#include "kernels/cuda/moe_fast_decode.cuh"
 
 namespace hs::cuda {
 
@@ -417,7 +428,7 @@ WsLayout ws_layout(int64_t n, int k, int64_t D, int64_t I, int E) {
   auto take = [&](int64_t b) { return std::exchange(w.total, w.total + static_cast<size_t>((b + 255) / 256 * 256)); };
   // (comma operator: left to right)
   w.h = take((nk + n) * I * 4), w.gs = take(n * I * 4), w.us = take(n * I * 4), w.ds = take(n * D * 4);
-  w.d = take(nk * D * 4), w.perm = take(nk * 4), w.pos = take(nk * 4), w.items = take(max_items(nk, E) * 16),
+  w.d = take((nk + n) * D * 4), w.perm = take(nk * 4), w.pos = take(nk * 4), w.items = take(max_items(nk, E) * 16),
   w.n_items = take(4);
   return w;
 }
@@ -480,6 +491,45 @@ void launch_pf(DeviceContext& ctx, const WeightView& w, PfArgs a, GemmMode mode,
   });
 }
 
+// The decode path of moe_fast_decode.cuh when every matrix has a native type and the input rows
+// fit in shared memory; false: nothing was launched.
+bool fast_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int E,
+                 const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
+                 uint8_t* ws, float* y, const MoeShared* shared, bool model) {
+  const int64_t I = w1.rows / E, D = w1.cols, nk = n * k;
+  const WType tg = w1.type, td = w2.type;
+  const WType sg = shared ? shared->w1.type : tg, sd = shared ? shared->w2.type : td;
+  if (!fast_native(tg) || !fast_native(td) || !fast_native(sg) || !fast_native(sd)) return false;
+  const size_t optin = ctx.props().sharedMemPerBlockOptin;
+  const size_t need = std::max(std::max(fast_smem(tg, D), fast_smem(sg, D)),
+                               std::max(fast_smem(td, I), fast_smem(sd, I)));
+  if (need + 4096 > optin) return false;
+  const WsLayout L = ws_layout(n, k, D, I, E);
+  float* h = reinterpret_cast<float*>(ws + L.h);
+  float* d = reinterpret_cast<float*>(ws + L.d);
+  int32_t* perm = reinterpret_cast<int32_t*>(ws + L.perm);
+  const int nsh = shared ? static_cast<int>(n) : 0;
+  auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
+  FastArgs a{};
+  a.wa[0] = u8(w1.data), a.wb[0] = u8(w3.data), a.sa[0] = u8(w1.scales), a.sb[0] = u8(w3.scales);
+  if (shared)
+    a.wa[1] = u8(shared->w1.data), a.wb[1] = u8(shared->w3.data), a.sa[1] = u8(shared->w1.scales),
+    a.sb[1] = u8(shared->w3.scales);
+  a.x = x, a.idx = idx, a.weight = weight, a.out = h, a.idx_sorted = perm, a.rows = I, a.K = D;
+  a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.q0 = 0, a.limit = limit;
+  fast_pair<true>(ctx, a, tg, sg, static_cast<int>(nk), nsh);
+  if (model) act_quant_fp8(ctx, h, nk + nsh, I);  // the FP8 round trip of the down projections' inputs
+  a.wa[0] = a.wb[0] = u8(w2.data), a.sa[0] = a.sb[0] = u8(w2.scales);
+  if (shared) a.wa[1] = a.wb[1] = u8(shared->w2.data), a.sa[1] = a.sb[1] = u8(shared->w2.scales);
+  a.x = h, a.idx = perm, a.weight = nullptr, a.out = d, a.idx_sorted = nullptr, a.rows = D, a.K = I;
+  fast_pair<false>(ctx, a, td, sd, static_cast<int>(nk), nsh);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
+                  static_cast<unsigned>(n));
+  fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, nk, D, shared != nullptr, model, y);
+  HS_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
 }  // namespace
 
 size_t moe_experts_workspace_bytes(int64_t n, int k, int64_t D, int64_t I, int n_experts) {
@@ -522,6 +572,10 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   float* h = fws(L.h);  // routed rows, then the shared expert's
   float* hs = h + n * k * I;
   const int64_t nk = n * k;
+
+  // Native weights in decode: moe_fast_decode.cuh (two streaming launches and a combine).
+  if (n <= kMatvecMaxCols && fast_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, ws, y, shared, model))
+    return;
 
   // Routed experts. Decode (n <= 8): the streaming kernels; the down projection sums the slots
   // of a token as one dot product over the concatenated h rows in ascending expert id, or, under
