@@ -21,7 +21,13 @@ ninja -C "$b" "${targets[@]}"
 out=$b/devgz
 rm -rf "$out" && mkdir -p "$out/bin/lib"
 for t in "${targets[@]}"; do
-  bin=$(find "$b" -maxdepth 3 -type f -name "$t" -perm -u+x | head -1)
+  # The build's own outputs first: a copy of the same name elsewhere under $b (an older carry)
+  # must not be packed instead.
+  bin=""
+  for d in "$b/src" "$b/tests" "$b/bench" "$b"; do
+    [ -x "$d/$t" ] && [ -f "$d/$t" ] && { bin=$d/$t; break; }
+  done
+  [ -n "$bin" ] || bin=$(find "$b" -maxdepth 3 -type f -name "$t" -perm -u+x | head -1)
   [ -n "$bin" ] || { echo "pack_device_binaries: no binary for $t" >&2; exit 1; }
   strip -o "$out/bin/$t" "$bin"
 done

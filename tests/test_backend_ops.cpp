@@ -435,6 +435,22 @@ TEST_F(BackendOps, TopkTiesAndSigns) {
     }
     check_exact("topk-ties", "f32", "2x20000 k=" + std::to_string(k), bad);
   }
+  // Rows no longer than k (every entry picked: the kernel only sorts; -1 padding after them).
+  const std::pair<int64_t, int> short_rows[] = {{300, 512}, {300, 300}, {1, 4}, {2047, 2048}};
+  for (const auto& [len, k] : short_rows) {
+    Dev<float> ds(ctx(), std::vector<float>(s.begin(), s.begin() + 2 * len));
+    Dev<int32_t> dout(ctx(), static_cast<size_t>(2 * k));
+    dout.poison();
+    hc::topk(ctx(), ds.p(), 2, len, nullptr, 1, k, dout.p());
+    const std::vector<int32_t> got = dout.get();
+    int64_t bad = 0;
+    for (int t = 0; t < 2; ++t) {
+      std::vector<int32_t> want = cpu::topk_indices(s.data() + t * len, len, k);
+      want.resize(static_cast<size_t>(k), -1);
+      for (int i = 0; i < k; ++i) bad += got[static_cast<size_t>(t * k + i)] != want[static_cast<size_t>(i)];
+    }
+    check_exact("topk-ties", "f32", "2x" + std::to_string(len) + " k=" + std::to_string(k) + " (all picked)", bad);
+  }
 }
 
 TEST_F(BackendOps, AttentionSinkDecode) {

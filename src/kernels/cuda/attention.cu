@@ -142,57 +142,76 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* score, 
   for (int i = kk + threadIdx.x; i < k; i += blockDim.x) o[i] = -1;
   if (kk == 0) return;
 
-  if (threadIdx.x == 0) {
-    s_prefix = 0;
-    s_remaining = kk;
-    s_count = 0;
-  }
-  uint32_t mask = 0;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
-    __syncthreads();
-    const uint32_t prefix = s_prefix;
+  if (kk == nv) {  // every visible entry is picked (contexts up to k * ratio): only the order is left
+    for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+      sel_key[i] = float_key(sc[i]);
+      sel_idx[i] = static_cast<int32_t>(i);
+    }
+  } else {  // radix select of the kk-th largest key, 8 bits a pass, then the keys above it and the ties
+    if (threadIdx.x == 0) {
+      s_prefix = 0;
+      s_remaining = kk;
+      s_count = 0;
+    }
+    uint32_t mask = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+      __syncthreads();
+      const uint32_t prefix = s_prefix;
+      for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
+        const uint32_t key = float_key(sc[i]);
+        if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
+      }
+      __syncthreads();
+      if (threadIdx.x < 32) {  // the bin holding the rem-th largest key, counting from bin 255 down
+        const int lane = threadIdx.x, rem = s_remaining;
+        int c[8], own = 0;  // this lane's bins 8 lane .. 8 lane + 7
+#pragma unroll
+        for (int j = 0; j < 8; ++j) own += (c[j] = hist[8 * lane + j]);
+        int suf = own;  // keys in this lane's bins and every bin above them
+#pragma unroll
+        for (int dl = 1; dl < 32; dl <<= 1) {
+          const int v = __shfl_down_sync(kFullMask, suf, dl);
+          if (lane + dl < 32) suf += v;
+        }
+        int cum = suf - own;
+        if (cum < rem && rem <= suf) {  // exactly one lane
+          for (int j = 7; j >= 0; --j) {
+            if (cum + c[j] >= rem) {
+              s_prefix = prefix | (static_cast<uint32_t>(8 * lane + j) << shift);
+              s_remaining = rem - cum;
+              break;
+            }
+            cum += c[j];
+          }
+        }
+      }
+      mask |= 255u << shift;
+      __syncthreads();
+    }
+    const uint32_t thr = s_prefix;      // key of the kk-th largest score
+    const int ties = s_remaining;       // how many entries equal to thr are taken (lowest indices)
+    const int n_gt = kk - ties;
     for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
       const uint32_t key = float_key(sc[i]);
-      if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 255u], 1);
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      int cum = 0, rem = s_remaining;
-      for (int b = 255; b >= 0; --b) {
-        if (cum + hist[b] >= rem) {
-          s_prefix = prefix | (static_cast<uint32_t>(b) << shift);
-          s_remaining = rem - cum;
-          break;
-        }
-        cum += hist[b];
+      if (key > thr) {
+        const int slot = atomicAdd(&s_count, 1);
+        sel_key[slot] = key;
+        sel_idx[slot] = static_cast<int32_t>(i);
       }
     }
-    mask |= 255u << shift;
-    __syncthreads();
-  }
-  const uint32_t thr = s_prefix;      // key of the kk-th largest score
-  const int ties = s_remaining;       // how many entries equal to thr are taken (lowest indices)
-  const int n_gt = kk - ties;
-  for (int64_t i = threadIdx.x; i < nv; i += blockDim.x) {
-    const uint32_t key = float_key(sc[i]);
-    if (key > thr) {
-      const int slot = atomicAdd(&s_count, 1);
-      sel_key[slot] = key;
-      sel_idx[slot] = static_cast<int32_t>(i);
+    int taken = 0;
+    for (int64_t base = 0; base < nv && taken < ties; base += blockDim.x) {
+      const int64_t i = base + threadIdx.x;
+      const bool flag = i < nv && float_key(sc[i]) == thr;
+      int total = 0;
+      const int rank = block_rank(flag, warp_tot, &total);
+      if (flag && taken + rank < ties) {
+        sel_key[n_gt + taken + rank] = thr;
+        sel_idx[n_gt + taken + rank] = static_cast<int32_t>(i);
+      }
+      taken += total;
     }
-  }
-  int taken = 0;
-  for (int64_t base = 0; base < nv && taken < ties; base += blockDim.x) {
-    const int64_t i = base + threadIdx.x;
-    const bool flag = i < nv && float_key(sc[i]) == thr;
-    int total = 0;
-    const int rank = block_rank(flag, warp_tot, &total);
-    if (flag && taken + rank < ties) {
-      sel_key[n_gt + taken + rank] = thr;
-      sel_idx[n_gt + taken + rank] = static_cast<int32_t>(i);
-    }
-    taken += total;
   }
   __syncthreads();
   // Bitonic sort of the kk picks by (key desc, index asc), padded to a power of two.
