@@ -134,6 +134,19 @@ TEST(CliBadInput, ChunkSpecAndTokenIds) {
                "unknown option --bogus");
 }
 
+// --cuda-graphs takes on|off (any other value is refused before the model loads); on a CPU
+// engine it changes nothing, so off still computes the fixture's logits.
+TEST(CliBadInput, CudaGraphsSwitch) {
+  const std::string d = tmpdir("graphs");
+  const std::string tok = tokens_file(d, {1, 2, 3, 4});
+  expect_error(test::run_cli("logits " + kData + "/tiny --tokens " + tok + " --out " + d + "/o.npy --cuda-graphs maybe"),
+               "--cuda-graphs: expected on or off, got 'maybe'");
+  const auto r = test::run_cli("logits " + kData + "/tiny --tokens " + tok + " --out " + d + "/o.npy --cuda-graphs off");
+  EXPECT_EQ(r.code, 0) << r.out;
+  const auto h = test::run_cli("logits --help");
+  EXPECT_NE(h.out.find("--cuda-graphs"), std::string::npos) << h.out;
+}
+
 TEST(CliBadInput, TruncatedSafetensors) {
   const std::string src = test::read_text(kData + "/tiny/model.safetensors");
   const std::string tok = tokens_file(tmpdir("trunc_tok"), {1, 2});
