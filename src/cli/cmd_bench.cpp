@@ -227,15 +227,7 @@ int cmd_bench(const Args& args) {
     std::printf("%s\n", profile.c_str());
   }
 
-  StepGraphStats graphs;  // over every shard and run (decode steps only)
-  for (int i = 0; i < eng->n_shards(); ++i) {
-    const StepGraphStats& g = eng->shard(i).graph_stats();
-    graphs.captured += g.captured;
-    graphs.replayed += g.replayed;
-    graphs.eager += g.eager;
-    graphs.failed += g.failed;
-    graphs.nodes += g.nodes;
-  }
+  const StepGraphStats graphs = eng->graph_stats();  // over every shard and run (decode steps only)
   if (graphs.captured + graphs.replayed + graphs.eager > 0)
     std::printf("decode steps per shard: %lld replayed as CUDA graphs, %lld captured (the latest: %zu operations "
                 "over the shards), %lld op by op%s\n\n",

@@ -170,6 +170,20 @@ std::unique_ptr<Sequence> Engine::new_sequence() const {
   return s;
 }
 
+StepGraphStats Engine::graph_stats() const {
+  StepGraphStats t;
+  for (const auto& sh : shards_) {
+    const StepGraphStats& g = sh->graph_stats();
+    t.eager += g.eager;
+    t.captured += g.captured;
+    t.replayed += g.replayed;
+    t.failed += g.failed;
+    t.cached += g.cached;
+    t.nodes += g.nodes;
+  }
+  return t;
+}
+
 bool Engine::complete() const {
   return !shards_.empty() && shards_.front()->owns_embedding() && shards_.back()->owns_output();
 }

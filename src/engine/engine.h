@@ -121,6 +121,8 @@ class Engine {
   int micro_batches() const { return micro_batches_; }
   // Whether this engine holds the whole pipeline (embedding to output head).
   bool complete() const;
+  // Decode steps as CUDA graphs (engine/step_graphs.h), summed over this engine's shards.
+  StepGraphStats graph_stats() const;
   // Whether the last shard's backend samples tokens itself (StepItem::sample; Ops::sample).
   bool can_sample() const;
   // Runs every shard of this engine over the HC state X (on the first shard's backend), staging

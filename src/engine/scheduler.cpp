@@ -250,6 +250,7 @@ void Scheduler::step_once() {
       if (o->busy)
         for (const auto& st : o->seq->shards) bytes += st->bytes();
     stats_.state_bytes = bytes;
+    stats_.graphs = engine_.graph_stats();
   }
   for (size_t i = 0; i < stepped.size(); ++i) {
     Slot& s = *stepped[i];

@@ -65,6 +65,7 @@ struct SchedulerStats {
   double prefill_seconds = 0, decode_seconds = 0;  // time spent in each kind of step
   int64_t prefill_tokens = 0, decode_tokens = 0;
   int64_t device_sampled_tokens = 0;                // of generated_tokens_total: sampled on the device
+  StepGraphStats graphs;                            // decode steps as CUDA graphs (engine/step_graphs.h)
   size_t state_bytes = 0;                           // SequenceState memory of live slots
   int max_seqs = 0;
 };

@@ -53,7 +53,8 @@ test('health, metrics and the access log', async () => {
     for (const name of [
       'hyperstream_requests_running', 'hyperstream_requests_waiting', 'hyperstream_max_sequences',
       'hyperstream_state_memory_bytes', 'hyperstream_prompt_tokens_total', 'hyperstream_generation_tokens_total',
-      'hyperstream_device_sampled_tokens_total',
+      'hyperstream_device_sampled_tokens_total', 'hyperstream_decode_graph_replays_total',
+      'hyperstream_decode_graph_captures_total', 'hyperstream_decode_graph_capture_failures_total',
       'hyperstream_prefill_throughput_tokens_per_second', 'hyperstream_decode_throughput_tokens_per_second',
       'hyperstream_request_prefill_tokens_per_second_bucket', 'hyperstream_request_decode_tokens_per_second_bucket',
       'hyperstream_time_to_first_token_seconds_count', 'hyperstream_http_requests_total',
@@ -61,6 +62,7 @@ test('health, metrics and the access log', async () => {
       assert.ok(text.includes(`\n${name}`), `metric ${name}`);
     assert.equal(await metric(s, 'hyperstream_generation_tokens_total'), before + 5);
     assert.equal(await metric(s, 'hyperstream_device_sampled_tokens_total'), 0);  // the CPU samples on the host
+    assert.equal(await metric(s, 'hyperstream_decode_graph_replays_total'), 0);  // and has no CUDA graphs
     assert.equal(await metric(s, 'hyperstream_http_requests_total{route="/v1/chat/completions",status="200"}'), 1);
     assert.equal(await metric(s, 'hyperstream_requests_finished_total{api="chat",finish_reason="length"}'), 1);
     assert.ok((await metric(s, 'hyperstream_prompt_tokens_total')) >= r.body.usage.prompt_tokens);
