@@ -34,18 +34,6 @@ int32_t argmax(const float* v, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-StepGraphStats total_stats(Engine& e) {
-  StepGraphStats t;
-  for (int i = 0; i < e.n_shards(); ++i) {
-    const StepGraphStats& s = e.shard(i).graph_stats();
-    t.eager += s.eager;
-    t.captured += s.captured;
-    t.replayed += s.replayed;
-    t.failed += s.failed;
-  }
-  return t;
-}
-
 // One sequence: a 9-token prompt, then `steps` greedy decode steps; every step's logits.
 std::vector<std::vector<float>> generate(Engine& eng, const std::vector<int32_t>& prompt, int steps) {
   const int64_t V = eng.config().vocab_size;
@@ -89,7 +77,7 @@ TEST_P(CudaGraph, OneSequenceMatchesOpByOp) {
   for (int i = 0; i < steps && first_diff < 0; ++i)
     if (a[static_cast<size_t>(i)] != b[static_cast<size_t>(i)]) first_diff = i;
   EXPECT_EQ(first_diff, -1) << "graph and op-by-op logits differ from step " << first_diff;
-  const StepGraphStats s = total_stats(on), t = total_stats(off);
+  const StepGraphStats s = on.graph_stats(), t = off.graph_stats();
   std::printf("[cuda-graph] %s %s: %d steps: %lld captured, %lld replayed, %lld op by op, %lld failed\n",
               GetParam().fixture, GetParam().numerics == Numerics::Model ? "model" : "reference", steps,
               static_cast<long long>(s.captured), static_cast<long long>(s.replayed), static_cast<long long>(s.eager),
@@ -165,7 +153,7 @@ TEST_P(CudaGraph, StaggeredBatchMatchesOpByOp) {
       slots[static_cast<size_t>(who[j])].pending = {argmax(la[j].data(), V)};
     }
   }
-  const StepGraphStats s = total_stats(on);
+  const StepGraphStats s = on.graph_stats();
   std::printf("[cuda-graph] %s batch over %zu device(s): %d rows compared, %d differ; %lld captured, %lld "
               "replayed, %lld op by op\n",
               GetParam().fixture, devices.size(), compared, mismatched, static_cast<long long>(s.captured),

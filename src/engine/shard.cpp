@@ -95,13 +95,8 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   }
   float* q = ops_.alloc(n * H * hd);
   ops_.matmul(L.wq_b, cq_in, n, q);
-  if (model()) {
-    ops_.rmsnorm_unweighted_bf16(q, n * H, hd, c.norm_eps, {true, false});
-    ops_.rope_bf16(q, n, H, hd, rope, pos, +1, {false, true});
-  } else {
-    ops_.rmsnorm_unweighted(q, n * H, hd, c.norm_eps);
-    ops_.rope(q, n, H, hd, rope, pos, +1);
-  }
+  ops_.rmsnorm_unweighted_bf16(q, n * H, hd, c.norm_eps, rounding(true, false));
+  ops_.rope_bf16(q, n, H, hd, rope, pos, +1, rounding(false, true));
   // The single shared K = V row of each token.
   float* kv = ops_.alloc(n * hd);
   ops_.matmul(L.wkv, x, n, kv);
@@ -126,17 +121,11 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
     ops_.matmul(L.idx_comp.wgate, x_in, n, ig);
     iq = ops_.alloc(n * IH * ID);
     ops_.matmul(L.idx_wq_b, cq_in, n, iq);
-    if (model())
-      ops_.rope_bf16(iq, n, IH, ID, rope, pos, +1, {true, false});
-    else
-      ops_.rope(iq, n, IH, ID, rope, pos, +1);
+    ops_.rope_bf16(iq, n, IH, ID, rope, pos, +1, rounding(true, false));
     if (model()) ops_.indexer_fp4_sim(iq, n * IH, ID);
     iw = ops_.alloc(n * IH);
     ops_.matmul(L.idx_proj, x_in, n, iw);
-    if (model())
-      ops_.scale_bf16(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)), {true, false});
-    else
-      ops_.scale(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)));
+    ops_.scale_bf16(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)), rounding(true, false));
     selected = reinterpret_cast<int32_t*>(ops_.alloc(n * K));
   }
   float* o = ops_.alloc(n * H * hd);
@@ -158,10 +147,7 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
     ops_.ring_store(st, kv + r0 * hd, m, p0, c.window, hd);
   }
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
-  if (model())
-    ops_.rope_bf16(o, n, H, hd, rope, pos, -1, {true, true});
-  else
-    ops_.rope(o, n, H, hd, rope, pos, -1);
+  ops_.rope_bf16(o, n, H, hd, rope, pos, -1, rounding(true, true));
   float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
   ops_.grouped_matmul(L.wo_a, c.o_groups, o, n, r);
   if (model()) ops_.act_quant_fp8_copy(r, r, n, c.o_groups * c.o_lora_rank, true);  // bf16(r), then FP8

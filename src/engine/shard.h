@@ -89,11 +89,12 @@ class Shard {
 
   bool model() const { return numerics_ == Numerics::Model; }
   void bf16(float* x, int64_t n) { if (model()) ops_.round_bf16(x, n); }
-  void act_quant(float* x, int64_t rows, int64_t cols) { if (model()) ops_.act_quant_fp8(x, rows, cols); }
-  // bf16(x); y = rmsnorm(x); bf16(y) (one launch on a device backend); plain RMSNorm in reference.
+  // The BF16 rounding points folded into an op (ops.h Ops::Bf16Round): none in reference numerics,
+  // where the *_bf16 ops are the plain ones.
+  Ops::Bf16Round rounding(bool in, bool out) const { return model() ? Ops::Bf16Round{in, out} : Ops::Bf16Round{}; }
+  // bf16(x); y = rmsnorm(x); bf16(y) (one launch on a device backend).
   void norm_bf16(float* x, const std::vector<float>& w, int64_t rows, float* y) {
-    if (model()) ops_.rmsnorm_bf16(x, w, rows, config_.norm_eps, y, {true, true});
-    else ops_.rmsnorm(x, w, rows, config_.norm_eps, y);
+    ops_.rmsnorm_bf16(x, w, rows, config_.norm_eps, y, rounding(true, true));
   }
   // hc_post, then bf16(X) under model numerics.
   void hc_post(const float* y, const float* post, const float* comb, int64_t n, float* X) {

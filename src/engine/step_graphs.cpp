@@ -73,14 +73,13 @@ void StepGraphs::set_enabled(bool on) {
 
 void StepGraphs::clear() {
   cache_.clear();
-  hashes_.clear();
   seen_.clear();
   stats_.cached = 0;
 }
 
 StepGraphs::Entry* StepGraphs::find(const std::vector<uint64_t>& key, uint64_t hash) {
-  for (size_t i = 0; i < cache_.size(); ++i)
-    if (hashes_[i] == hash && cache_[i].key == key) return &cache_[i];
+  for (Entry& e : cache_)
+    if (e.hash == hash && e.key == key) return &e;
   return nullptr;
 }
 
@@ -119,11 +118,11 @@ bool StepGraphs::run(const ModelConfig& c, std::span<SequenceState* const> seqs,
     ++stats_.eager;
     return true;
   }
-  capture(seqs, key_, layers);
+  capture(seqs, key_, h, layers);
   return true;
 }
 
-void StepGraphs::capture(std::span<SequenceState* const> seqs, std::vector<uint64_t> key,
+void StepGraphs::capture(std::span<SequenceState* const> seqs, std::vector<uint64_t> key, uint64_t hash,
                          const std::function<void()>& layers) {
   const std::vector<Counters> before = counters(seqs);
   const size_t mark = ops_.mark();
@@ -161,10 +160,8 @@ void StepGraphs::capture(std::span<SequenceState* const> seqs, std::vector<uint6
     for (size_t i = 1; i < cache_.size(); ++i)
       if (cache_[i].last_use < cache_[lru].last_use) lru = i;
     cache_.erase(cache_.begin() + static_cast<std::ptrdiff_t>(lru));
-    hashes_.erase(hashes_.begin() + static_cast<std::ptrdiff_t>(lru));
   }
-  hashes_.push_back(hash_key(key));
-  cache_.push_back(Entry{std::move(key), std::move(graph), ++clock_});
+  cache_.push_back(Entry{std::move(key), hash, std::move(graph), ++clock_});
   stats_.cached = cache_.size();
 }
 

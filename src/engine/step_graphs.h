@@ -48,6 +48,7 @@ class StepGraphs {
  private:
   struct Entry {
     std::vector<uint64_t> key;
+    uint64_t hash = 0;  // of key: compared first
     std::unique_ptr<Ops::Graph> graph;
     uint64_t last_use = 0;
   };
@@ -55,13 +56,13 @@ class StepGraphs {
   static constexpr size_t kMaxSeen = 4096;   // shapes remembered as seen once
 
   Entry* find(const std::vector<uint64_t>& key, uint64_t hash);
-  void capture(std::span<SequenceState* const> seqs, std::vector<uint64_t> key, const std::function<void()>& layers);
+  void capture(std::span<SequenceState* const> seqs, std::vector<uint64_t> key, uint64_t hash,
+               const std::function<void()>& layers);
 
   Ops& ops_;
   bool enabled_ = true;
   bool failed_ = false;  // a capture failed: this shard runs op by op from then on
   std::vector<Entry> cache_;
-  std::vector<uint64_t> hashes_;  // parallel to cache_
   std::vector<uint64_t> seen_;    // hashes of shapes run once, sorted
   std::vector<uint64_t> key_;     // reused between steps
   uint64_t clock_ = 0;
