@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "server/output_format.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/dsml_parser.h"
@@ -33,6 +34,7 @@ struct GenerationSpec {
   bool logprobs = false;           // report each token's logprob (+ sampling.top_logprobs alternatives)
   bool chat = false;               // parse the output as a DeepSeek-V4 assistant turn
   DsmlParserOptions parser;        // chat only
+  OutputFormat format;             // what the output must be (text: unconstrained)
   // Test-only: when set, the output is these ids (then EOS) instead of sampled ones.
   std::optional<std::vector<int32_t>> forced;
   // Test-only: >= 0 makes the engine fail after this many tokens (GenerationRequest::test_fail_after).

@@ -297,9 +297,19 @@ struct HttpServer::Impl {
     auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
     try {
       if (write(job.writer->begin())) {
+        Clock::time_point last_bytes = Clock::now();
         for (;;) {
           GenBatch b = job.gen->next(std::chrono::milliseconds(20));
-          if (!write(job.writer->on_batch(b))) break;
+          const std::string bytes = job.writer->on_batch(b);
+          if (!write(bytes)) break;
+          if (!bytes.empty()) {
+            last_bytes = Clock::now();
+          } else if (!b.done) {  // silence (a long prefill): the writer may send a keep-alive
+            const auto silent = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_bytes);
+            const std::string ping = job.writer->keepalive(silent);
+            if (!write(ping)) break;
+            if (!ping.empty()) last_bytes = Clock::now();
+          }
           if (b.done) {
             rec.outcome = b.outcome;
             sink.done();

@@ -1,6 +1,7 @@
 // What an API handler answers: a complete body, or a generation whose events a ResponseWriter
 // turns into bytes (SSE chunks, or one JSON body at the end) while the HTTP layer streams them.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <cstdint>
 #include <optional>
@@ -16,6 +17,13 @@ class ResponseWriter {
   virtual std::string begin() { return {}; }
   // Bytes for a batch of events; when batch.done, the rest of the response.
   virtual std::string on_batch(const GenBatch& batch) = 0;
+  // Bytes to send when a stream has been silent for `silent` (no batch produced bytes), so
+  // that clients with idle timeouts keep waiting through a long prefill; empty: nothing. The
+  // HTTP layer calls it between batches of a streamed response.
+  virtual std::string keepalive(std::chrono::milliseconds silent) {
+    (void)silent;
+    return {};
+  }
 };
 
 struct Job {
