@@ -223,7 +223,7 @@ TEST(Batch, BadItemsAreRefusedUpFront) {
     }
     EXPECT_EQ(a->n_past(), 0);
     EXPECT_EQ(b->n_past(), 0);
-    for (const auto& s : a->shards) EXPECT_EQ(s->n_past, 0);
+    for (const auto& s : a->shards) EXPECT_EQ(s->n_past(), 0);
   };
   refused({}, "a step needs at least one sequence");
   refused({{a.get(), good.data(), 3, la.data(), true}, {b.get(), bad.data(), 3, lb.data(), true}},
@@ -242,7 +242,10 @@ TEST(Batch, BadItemsAreRefusedUpFront) {
           "sequence #0 of the batch: sequence state was made for layers starting at 0 (2 layers), not for this "
           "shard [0, 3)");
   // A sequence whose shards disagree (a step that failed half-way) must be reset first.
-  a->shards[1]->n_past = 2;
+  {  // shard 1 alone takes two tokens, as a step that failed after it would leave it
+    std::vector<float> X(static_cast<size_t>(2 * eng.config().hc_mult * eng.config().dim), 0.25f);
+    eng.shard(1).forward(*a->shards[1], good.data(), 2, X.data());
+  }
   try {
     eng.step(*a, good.data(), 3, la.data());
     ADD_FAILURE() << "accepted a half-advanced sequence";
@@ -256,7 +259,7 @@ TEST(Batch, BadItemsAreRefusedUpFront) {
   eng.step_batch(ok);
   EXPECT_EQ(a->n_past(), 3);
   EXPECT_EQ(b->n_past(), 2);
-  for (const auto& s : b->shards) EXPECT_EQ(s->n_past, 2);
+  for (const auto& s : b->shards) EXPECT_EQ(s->n_past(), 2);
 }
 
 // (s, m) runs after (s-1, m) and after (s, m-1); stages work on different micro-batches at the

@@ -7,6 +7,7 @@
 
 #include "engine/cpu_ops.h"
 #include "kernels/cpu/ops.h"
+#include "model/config.h"
 #include "util/fp.h"
 
 using namespace hs;
@@ -110,30 +111,44 @@ TEST(CompressorPool, ChannelwiseSoftmaxAndAbsentSlots) {
 }
 
 TEST(Indexer, CausalVisibilityAndTopK) {
+  // Layer 2 of the tiny fixture is a CSA layer (ratio 4); its pool holds the indexer keys.
+  const ModelConfig c = config_from_hf_dir(std::string(HS_TEST_DATA) + "/tiny");
+  ASSERT_EQ(c.ratio(2), 4);
   ThreadPool pool(2);
   CpuOps ops(pool);
-  CompressorState keys;
-  keys.init(4, 2, 8);
-  keys.n_entries = 5;  // entries 0..4 (complete after positions 3, 7, 11, 15, 19)
-  keys.entries = randv(5 * 8, 3);
+  StatePool sp(c, 2, 3, ops, StatePoolOptions{});
+  auto seq = sp.acquire();
+  ASSERT_TRUE(sp.reserve(*seq, 20));
+  sp.sync_tables();
+  // Keys 0..4 (complete after positions 3, 7, 11, 15, 19), written straight into the pages.
+  const PagedRows& keys = sp.storage(0).keys;
+  const int64_t id = keys.fmt.d;
+  std::vector<float> k = randv(static_cast<size_t>(5 * id), 3);
   // Entry 4 gets a huge score for every query: it must still never be picked before it exists.
-  for (int c = 0; c < 8; ++c) keys.entries[4 * 8 + c] = 50.0f;
-  std::vector<float> q(2 * 8, 1.0f), w(2, 1.0f);
-  auto top2 = [&](int64_t pos) {
-    std::vector<int32_t> sel(2, 99);
-    ops.indexer_topk(q.data(), w.data(), 1, 2, 8, keys, pos, 4, 2, sel.data());
+  for (int64_t ch = 0; ch < id; ++ch) k[static_cast<size_t>(4 * id + ch)] = 50.0f;
+  for (int e = 0; e < 5; ++e)
+    cpu::encode_row(keys.fmt, k.data() + e * id,
+                    keys.row(seq->cmp_pages()[static_cast<size_t>(e / keys.rows_per_block)], e % keys.rows_per_block));
+  // Queries at positions pos[0], pos[0]+1, ... of the sequence (one step's rows).
+  auto top2 = [&](int64_t p0, int n) {
+    std::vector<int64_t> pos;
+    std::vector<int32_t> tok(static_cast<size_t>(n), 0), slot(static_cast<size_t>(n), seq->slot()),
+        row0(static_cast<size_t>(n), 0), row_end(static_cast<size_t>(n), n);
+    for (int i = 0; i < n; ++i) pos.push_back(p0 + i);
+    ops.begin_rows(sp, StepRows{n, pos.data(), tok.data(), slot.data(), row0.data(), row_end.data(), n == 1, p0 + n});
+    std::vector<float> q(static_cast<size_t>(n * 2 * id), 1.0f), w(static_cast<size_t>(n * 2), 1.0f);
+    std::vector<int32_t> sel(static_cast<size_t>(2 * n), 99);
+    ops.indexer_topk(sp, 0, q.data(), w.data(), 2, id, 2, sel.data());
     return sel;
   };
-  auto s6 = top2(6);  // position 6: only entry 0 is visible ((6+1)/4 = 1); the rest is -1
+  auto s6 = top2(6, 1);  // position 6: only entry 0 is visible ((6+1)/4 = 1); the rest is -1
   EXPECT_EQ(s6[0], 0);
   EXPECT_EQ(s6[1], -1);
-  auto s15 = top2(15);  // position 15: entries 0..3 visible, top-2 of them
+  auto s15 = top2(15, 1);  // position 15: entries 0..3 visible, top-2 of them
   for (int i : s15) EXPECT_TRUE(i >= 0 && i < 4) << i;
-  EXPECT_EQ(top2(19)[0], 4);  // position 19 closes window 4: it is visible and wins
+  EXPECT_EQ(top2(19, 1)[0], 4);  // position 19 closes window 4: it is visible and wins
   // Two queries at consecutive positions 18, 19 in one call: entry 4 only for the second.
-  std::vector<float> q2(2 * 2 * 8, 1.0f), w2(2 * 2, 1.0f);
-  std::vector<int32_t> sel(4, 99);
-  ops.indexer_topk(q2.data(), w2.data(), 2, 2, 8, keys, 18, 4, 2, sel.data());
+  auto sel = top2(18, 2);
   EXPECT_NE(sel[0], 4);
   EXPECT_NE(sel[1], 4);
   EXPECT_EQ(sel[2], 4);

@@ -70,9 +70,9 @@ TEST(Pipeline, BoundaryStateIsCheckedNeverResized) {
   expect_error(HcState{nullptr, 3, width, &second.ops()}, "no HC state was handed over");
   expect_error(HcState{X.data(), 2, width, &second.ops()}, "HC state of 2 x 256 floats handed over, expected 3 x 256");
   expect_error(HcState{X.data(), 3, c.dim, &second.ops()}, "expected 3 x 256");
-  EXPECT_EQ(seq->shards[1]->n_past, 0);  // nothing was consumed
+  EXPECT_EQ(seq->shards[1]->n_past(), 0);  // nothing was consumed
   second.forward(*seq->shards[1], toks.data(), 3, HcState{X.data(), 3, width, &second.ops()});
-  EXPECT_EQ(seq->shards[1]->n_past, 3);
+  EXPECT_EQ(seq->shards[1]->n_past(), 3);
 }
 
 TEST(Pipeline, ResetOnEveryShard) {
@@ -91,7 +91,7 @@ TEST(Pipeline, ResetOnEveryShard) {
   go(B);
   seq->reset();
   EXPECT_EQ(go(A), a1);
-  for (const auto& s : seq->shards) EXPECT_EQ(s->n_past, 70);
+  for (const auto& s : seq->shards) EXPECT_EQ(s->n_past(), 70);
 }
 
 // Scratch capacity on one device: a small shape (token by token), then a large one (the whole

@@ -43,6 +43,7 @@ struct Result {
   int64_t depth = 0;   // context before the timed tokens
   double seconds = 0;  // median over the repetitions
   int64_t seqs = 1;    // sequences decoding together (one batched step each)
+  size_t graph_nodes = 0;  // operations of the latest captured decode step (0: none captured)
   double tok_s() const { return static_cast<double>(tokens) / seconds; }
 };
 
@@ -80,13 +81,20 @@ int cmd_bench(const Args& args) {
   }
   HS_CHECK(a.has("synthetic") != (a.positionals().size() == 1),
            "expected exactly one MODEL argument or --synthetic PRESET (see hyperstream bench --help)");
-  const EngineOptions opts = engine_options(a, default_device, "model");
+  EngineOptions opts = engine_options(a, default_device, "model");
   const std::optional<SyntheticSpec> synthetic = synthetic_spec_from(a, opts);
 
   std::vector<int> pps = parse_int_list("--pp", a.get_or("pp", "512,4096"));
   std::vector<int> depths = parse_int_list("--depth", a.get_or("depth", "0,4096"));
   const int64_t tg = a.get_int("tg", 128), chunk = a.get_int("chunk", 512), reps = a.get_int("reps", 3);
   HS_CHECK(chunk > 0 && reps > 0 && tg >= 0, "--chunk and --reps must be positive, --tg non-negative");
+  // State pool slots for the widest batch (and the batch-1 sequence beside it), of the longest run.
+  std::vector<int> batches = a.has("seqs") ? parse_int_list("--seqs", *a.get("seqs")) : std::vector<int>{};
+  for (int B : batches) opts.max_seqs = std::max(opts.max_seqs, B + 1);
+  int64_t longest = 64;
+  for (int pp : pps) longest = std::max<int64_t>(longest, pp);
+  for (int d : depths) longest = std::max<int64_t>(longest, d + tg + 8);
+  opts.max_context = std::max<int64_t>(opts.max_context, longest);
 
   const auto t_load = Clock::now();
   std::unique_ptr<Engine> eng;
@@ -109,7 +117,8 @@ int cmd_bench(const Args& args) {
               opts.numerics == Numerics::Reference ? "reference" : "model", load_s);
   std::printf("decode reads %.3f GB of weights per token", static_cast<double>(wbytes) / 1e9);
   if (copy_gbs > 0) std::printf("; device copy bandwidth %.0f GB/s (read + write, 1 GiB, median of 20)", copy_gbs);
-  std::printf("\n\n");
+  std::printf("\nstate per sequence:\n%s\n", describe_state_memory(c).c_str());
+  const StateLayout state = model_state_layout(c, opts.numerics == Numerics::Model);
 
   std::vector<float> logits(static_cast<size_t>(c.vocab_size));
   auto seq = eng->new_sequence();
@@ -143,13 +152,14 @@ int cmd_bench(const Args& args) {
       for (int i = 0; i < 4; ++i) eng->step(*seq, &toks[static_cast<size_t>(i)], 1, logits.data(), false);  // warm-up
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < tg; ++i) eng->step(*seq, &toks[static_cast<size_t>(4 + i)], 1, logits.data(), false);
-      results.push_back({"tg" + std::to_string(tg) + "@" + std::to_string(depth), tg, depth + 4, seconds_since(t0), 1});
+      results.push_back({"tg" + std::to_string(tg) + "@" + std::to_string(depth), tg, depth + 4, seconds_since(t0), 1,
+                         eng->graph_stats().nodes});
       std::fprintf(stderr, "  %s: %.1f tok/s\n", results.back().test.c_str(), results.back().tok_s());
     }
   }
 
   if (tg > 0 && a.has("seqs")) {
-    for (int B : parse_int_list("--seqs", *a.get("seqs"))) {
+    for (int B : batches) {
       if (B < 1) continue;
       std::vector<std::unique_ptr<Sequence>> ss;
       std::vector<std::vector<float>> lg(static_cast<size_t>(B), std::vector<float>(logits.size()));
@@ -169,7 +179,8 @@ int cmd_bench(const Args& args) {
       for (int64_t i = 0; i < 4; ++i) step(i);  // warm-up
       const auto t0 = Clock::now();
       for (int64_t i = 0; i < tg; ++i) step(4 + i);
-      Result r{"tg" + std::to_string(tg) + "x" + std::to_string(B), tg * B, 20, seconds_since(t0), B};
+      Result r{"tg" + std::to_string(tg) + "x" + std::to_string(B), tg * B, 20, seconds_since(t0), B,
+               eng->graph_stats().nodes};
       results.push_back(r);
       std::fprintf(stderr, "  %s: %.1f tok/s aggregate\n", r.test.c_str(), r.tok_s());
     }
@@ -233,6 +244,7 @@ int cmd_bench(const Args& args) {
                 "over the shards), %lld op by op%s\n\n",
                 static_cast<long long>(graphs.replayed), static_cast<long long>(graphs.captured), graphs.nodes,
                 static_cast<long long>(graphs.eager), graphs.failed ? " (a capture failed)" : "");
+  std::string ops_per_step;
   std::printf("| test | tokens | seconds | tok/s | weight GB/token | GB/s | %% of copy |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   nlohmann::ordered_json jr = nlohmann::ordered_json::array();
@@ -240,6 +252,7 @@ int cmd_bench(const Args& args) {
     const bool decode = r.test.rfind("tg", 0) == 0 && r.seqs == 1;
     const double gbs = decode ? static_cast<double>(wbytes) * r.tok_s() / 1e9 : 0.0;
     std::printf("| %s | %lld | %.3f | %.1f |", r.test.c_str(), static_cast<long long>(r.tokens), r.seconds, r.tok_s());
+    if (r.graph_nodes) ops_per_step += (ops_per_step.empty() ? "" : ", ") + r.test + ": " + std::to_string(r.graph_nodes);
     if (decode) {
       std::printf(" %.3f | %.0f |", static_cast<double>(wbytes) / 1e9, gbs);
       if (copy_gbs > 0) std::printf(" %.1f |\n", 100.0 * gbs / copy_gbs);
@@ -249,6 +262,7 @@ int cmd_bench(const Args& args) {
     }
     nlohmann::ordered_json j = {{"test", r.test}, {"tokens", r.tokens}, {"depth", r.depth}, {"seconds", r.seconds},
                                 {"tok_s", r.tok_s()}, {"sequences", r.seqs}};
+    if (r.graph_nodes) j["graph_operations_per_step"] = r.graph_nodes;
     if (decode) {
       j["weight_bytes_per_token"] = wbytes;
       j["gb_s"] = gbs;
@@ -256,8 +270,12 @@ int cmd_bench(const Args& args) {
     }
     jr.push_back(j);
   }
+  if (!ops_per_step.empty()) std::printf("\ncaptured decode step, operations over the shards: %s\n", ops_per_step.c_str());
   if (a.has("json")) {
     nlohmann::ordered_json out = {{"model", model_name},
+                                  {"state_bytes_per_token", state.cmp_page_bytes / state.page},
+                                  {"state_bytes_128k", state.sequence_bytes(131072)},
+                                  {"state_bytes_1m", state.sequence_bytes(int64_t{1} << 20)},
                                   {"layers", c.n_layers},
                                   {"devices", devices},
                                   {"numerics", opts.numerics == Numerics::Reference ? "reference" : "model"},

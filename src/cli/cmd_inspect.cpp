@@ -3,6 +3,7 @@
 #include <map>
 
 #include "cli/args.h"
+#include "engine/state_pool.h"
 #include "format/gguf.h"
 #include "model/gguf_check.h"
 #include "model/source.h"
@@ -28,6 +29,7 @@ int cmd_inspect(const Args& args) {
   const ModelConfig& c = src->config();
   std::printf("model: %s\nformat: %s\n\nconfig:\n%s\nlayer schedule:\n%s\n", src->path().c_str(),
               src->format().c_str(), c.summary().c_str(), c.layer_schedule().c_str());
+  std::printf("state per sequence:\n%s\n", describe_state_memory(c).c_str());
   auto stored = src->stored_tensors();
   std::map<std::string, std::pair<int, uint64_t>> by_type;
   uint64_t total = 0;

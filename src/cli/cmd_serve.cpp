@@ -27,7 +27,8 @@ std::vector<OptionSpec> model_option_specs() {
       {"tokenizer", true, "tokenizer: a GGUF, a tokenizer.json, or a directory holding one (default: the model's)", "PATH"},
       {"model-name", true, "the model id clients send (default: the file or directory name; built-in: hyperstream-builtin)", "NAME"},
       {"chat-variant", true, "reasoning-effort table: v4 or v4-0731 (default: v4-0731 when the name has 0731)", "V"},
-      {"ctx-size", true, "tokens per sequence, prompt + output (default: the model's, at most 4096)", "N"},
+      {"ctx-size", true, "tokens per sequence, prompt + output (default: the model's context; what the state pool "
+                         "holds is checked per request)", "N"},
       {"prefill-chunk", true, "prompt tokens per sequence per step (default 256)", "N"},
       {"device-sampling", true, "on (default): sample on the GPU where the request allows it (no penalties, no "
                                 "logprobs), downloading only the token ids; off: every token on the host", "on|off"},
@@ -50,14 +51,19 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
   if (m.name) HS_CHECK(!m.name->empty(), "--model-name must not be empty");
   m.variant = a.get("chat-variant");
   m.engine = engine_options(a, "cpu", m.path || a.has("synthetic") ? "model" : "reference");
+  // The state pools are made for this many sequences of this context.
+  m.engine.max_seqs = static_cast<int>(std::clamp<long long>(a.get_int("max-seqs", 8), 1, 4096));
+  if (a.has("ctx-size")) {
+    m.engine.max_context = a.get_int("ctx-size", 0);
+    HS_CHECK(m.engine.max_context >= 2, "--ctx-size must be at least 2, got ", m.engine.max_context);
+  }
   m.synthetic = synthetic_spec_from(a, m.engine);
   return m;
 }
 
 SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engine, int default_max_seqs) {
   SchedulerOptions s;
-  const int64_t model_ctx = engine.config().max_position > 0 ? engine.config().max_position : 4096;
-  s.ctx_size = a.get_int("ctx-size", std::min<int64_t>(model_ctx, 4096));
+  s.ctx_size = a.get_int("ctx-size", engine.state_layout(0).max_context);
   HS_CHECK(s.ctx_size >= 2, "--ctx-size must be at least 2, got ", s.ctx_size);
   s.max_seqs = static_cast<int>(a.get_int("max-seqs", default_max_seqs));
   s.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 256));
@@ -76,7 +82,7 @@ int cmd_serve(const Args& args) {
       {"port", true, "port (default 8000; 0: any free port, printed at start)", "N"},
       {"api-key", true, "require this key (Authorization: Bearer KEY or x-api-key: KEY) on the API", "KEY"},
       {"cors", false, "allow cross-origin requests (Access-Control-Allow-Origin: *)"},
-      {"max-seqs", true, "sequences decoded together (default 8)", "N"},
+      {"max-seqs", true, "sequences decoded together (default 8; each has a slot in the state pools)", "N"},
       {"http-threads", true, "HTTP worker threads; each open stream holds one (default: max(64, 4 x max-seqs))", "N"},
       {"default-thinking", false, "thinking mode for requests that do not choose (default: chat mode)"},
       {"shutdown-timeout", true, "seconds running requests get to finish on SIGTERM/SIGINT (default 30)", "S"},
@@ -132,9 +138,14 @@ int cmd_serve(const Args& args) {
   cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
   server::Service service(scheduler, *model.tokenizer, cfg, &metrics);
   srv.set_service(&service);
-  std::fprintf(stderr, "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d, sampling on %s\n",
+  const EngineStateStats pages = model.engine->state_stats();
+  std::fprintf(stderr,
+               "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d, sampling on %s; state pool "
+               "%lld pages of %d positions (%lld tokens in all, %.0f B per token)\n",
                model.name.c_str(), static_cast<long long>(sched_opts.ctx_size), sched_opts.max_seqs,
-               sched_opts.prefill_chunk, sched_opts.device_sampling && model.engine->can_sample() ? "device" : "host");
+               sched_opts.prefill_chunk, sched_opts.device_sampling && model.engine->can_sample() ? "device" : "host",
+               static_cast<long long>(pages.pages_total / model.engine->n_shards()), model.engine->state_layout(0).page,
+               static_cast<long long>(pages.token_capacity), static_cast<double>(pages.bytes_per_token));
 
   const int sig = signals.wait(-1);
   std::fprintf(stderr, "hyperstream serve: %s: stopping (running requests get %.0f s; again to cancel them)\n",

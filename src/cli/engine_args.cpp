@@ -24,6 +24,9 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
        "access is possible), on (direct or refuse), off (through host memory) (default auto)", "MODE"},
       {"cuda-graphs", true, "replay each decode step of a CUDA shard as one captured graph: on or off (default "
        "on; off launches the same kernels one by one)", "on|off"},
+      {"state-memory", true, "GiB for each shard's state pool (every sequence's KV rows and compressed entries, "
+       "in pages; default: what the weights leave on a GPU less 4 GiB and a tenth of it, a quarter of RAM on the "
+       "CPU, at most what --max-seqs sequences of the full context take)", "GIB"},
   };
 }
 
@@ -45,6 +48,10 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   const std::string graphs = a.get_or("cuda-graphs", "on");
   HS_CHECK(graphs == "on" || graphs == "off", "--cuda-graphs: expected on or off, got '", graphs, "'");
   o.cuda_graphs = graphs == "on";
+  const double gib = a.get_double("state-memory", 0.0);
+  HS_CHECK(gib >= 0 && gib <= 1 << 20, "--state-memory must be a positive number of GiB, got ", gib);
+  o.state_memory = static_cast<int64_t>(gib * static_cast<double>(int64_t{1} << 30));
+  HS_CHECK(gib == 0 || o.state_memory >= (int64_t{1} << 20), "--state-memory ", gib, " GiB is less than 1 MiB");
   return o;
 }
 

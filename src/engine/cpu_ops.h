@@ -32,15 +32,18 @@ class CpuOps : public Ops {
   void hc_post(const float* y, const float* post, const float* comb, int64_t n, const ModelConfig& c,
                float* X) override;
   void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) override;
-  void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g, int64_t n,
-                         float eps, const RopeTable& rope, Numerics num, EntryQat qat) override;
-  void indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id, const CompressorState& keys,
-                    int64_t p0, int ratio, int k, int32_t* sel) override;
-  void attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st, const float* kv_chunk,
-                 int64_t p0, const CompressorState* comp, const int32_t* sel, int k,
-                 const std::vector<float>& sinks, float* out) override;
-  void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
-                  int64_t head_dim) override;
+  std::unique_ptr<StateMemory> alloc_state(size_t bytes) override;
+  void state_copy(void* dst, const void* src, size_t bytes) override;
+  void state_upload(void* dst, const void* host, size_t bytes) override { state_copy(dst, host, bytes); }
+  int64_t state_memory_hint() const override;
+  void begin_rows(const StatePool& pool, const StepRows& rows) override;
+  void kv_store(const StatePool& pool, int layer, const float* kv) override;
+  void compressor_update(const StatePool& pool, int layer, bool indexer, const CompressorWeights& w, const float* a,
+                         const float* g, float eps, const RopeTable& rope, Numerics num) override;
+  void indexer_topk(const StatePool& pool, int layer, const float* q, const float* w, int ih, int64_t id, int k,
+                    int32_t* sel) override;
+  void attention(const StatePool& pool, int layer, const float* q, const ModelConfig& c, const float* kv_chunk,
+                 bool compressed, const int32_t* sel, int k, const std::vector<float>& sinks, float* out) override;
   void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
            Numerics num, float* y) override;
   void round_bf16(float* x, int64_t n) override;
@@ -49,8 +52,16 @@ class CpuOps : public Ops {
   void indexer_fp4_sim(float* x, int64_t rows, int64_t d) override;
 
  private:
+  // The current step's rows (begin_rows), grouped by sequence.
+  struct Seq {
+    int slot;
+    int64_t row0, n, p0;
+  };
   ThreadPool& pool_;
   std::vector<std::unique_ptr<float[]>> scratch_;
+  std::vector<int64_t> pos_;
+  std::vector<int32_t> slot_;
+  std::vector<Seq> seqs_;
 };
 
 }  // namespace hs

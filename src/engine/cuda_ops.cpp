@@ -1,10 +1,8 @@
 // The CUDA backend of the op interface: the kernels of kernels/cuda on one DeviceContext.
 // Weights are uploaded in their stored form as the shard loads them (Ops::adopt_weight) and
-// live only on the device. Each sequence's state lives on the device too (cuda_state.h):
-// the SWA ring, the compressor windows and the compressed entries; the host SequenceState
-// keeps only the counters, which the host knows without asking the GPU (how many rows a
-// window holds, how many entries exist follow from the positions). The forward therefore
-// never waits for the GPU except where the logits are downloaded.
+// live only on the device. The shards' state pools live on the device too (state_pool.h);
+// the host knows every count from the positions, so the forward never waits for the GPU
+// except where the logits are downloaded.
 #ifdef HS_HAVE_CUDA
 #include <algorithm>
 #include <climits>
@@ -14,7 +12,6 @@
 
 #include "engine/cpu_ops.h"
 #include "engine/cuda_profile.h"
-#include "engine/cuda_state.h"
 #include "format/quants.h"
 #include "util/fp.h"
 #include "engine/engine.h"
@@ -22,7 +19,7 @@
 #include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/quant_sim_cuda.h"
-#include "kernels/cuda/state_cuda.h"
+#include "kernels/cuda/paged_state_cuda.h"
 #include "kernels/cuda/synth_fill_cuda.h"
 #include "util/error.h"
 
@@ -37,7 +34,6 @@ class CudaOps : public Ops {
 
   // ---- weights: uploaded in stored form as they are loaded; the host copy is dropped
   WeightForm weight_form() const override { return WeightForm::Native; }
-  bool host_state() const override { return false; }  // cuda_state.h
   void adopt_weight(Mat& m) override {
     weight(m);
     m.w.clear();
@@ -50,6 +46,29 @@ class CudaOps : public Ops {
     return v.data_bytes() + v.scale_bytes();
   }
   double copy_bandwidth_gbs() override { return cuda::measure_copy_gbs(ctx_); }
+
+  // ---- the state pools' memory (engine/state_pool.h), on this device
+  struct DeviceMemory : StateMemory {
+    cuda::DeviceBuffer buf;
+    void* data() const override { return buf.data(); }
+  };
+  std::unique_ptr<StateMemory> alloc_state(size_t bytes) override {
+    auto m = std::make_unique<DeviceMemory>();
+    m->buf = ctx_.alloc(std::max<size_t>(bytes, 256));
+    return m;
+  }
+  void state_copy(void* dst, const void* src, size_t bytes) override { ctx_.copy(dst, src, bytes); }
+  void state_upload(void* dst, const void* host, size_t bytes) override { ctx_.upload(dst, host, bytes); }
+  // What the weights left, less room for activations and scratch (4 GiB and a tenth of the GPU).
+  int64_t state_memory_hint() const override {
+    size_t free = 0, total = 0;
+    {
+      cuda::DeviceGuard g(ctx_.device());
+      HS_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    }
+    const int64_t reserve = (int64_t{4} << 30) + static_cast<int64_t>(total / 10);
+    return std::max<int64_t>(static_cast<int64_t>(free) - reserve, int64_t{256} << 20);
+  }
   void set_profiling(bool on) override { prof_.enable(on); }
   std::string profile_report() override { return prof_.report(); }
 
@@ -123,46 +142,55 @@ class CudaOps : public Ops {
   int device_index() const override { return ctx_.device(); }
   void synchronize() override { ctx_.synchronize(); }
 
-  // ---- step mode and graphs (ops.h; engine/step_graphs.h)
-  bool prepare_step(const ModelConfig& c, std::span<SequenceState* const> seqs, std::vector<uint64_t>& key) override {
-    const int64_t n = static_cast<int64_t>(seqs.size());
-    if (step_cap_ < n) {  // the block: positions int64 [cap], then tokens int32 [cap]
-      step_cap_ = std::max<int64_t>(64, 2 * n);
-      step_buf_ = ctx_.alloc(static_cast<size_t>(step_cap_) * 12);
+  // ---- a step's rows (ops.h StepRows) in one device block, and graphs (engine/step_graphs.h)
+  void begin_rows(const StatePool& pool, const StepRows& r) override {
+    (void)pool;
+    HS_CHECK(r.n >= 1, "internal: a step of no rows");
+    // One upload: pos int64 [n], then tokens, slots, row0, row_end int32 [n] each.
+    const size_t bytes = static_cast<size_t>(r.n) * 24;
+    if (rows_buf_.bytes() < bytes) rows_buf_ = ctx_.alloc(std::max<size_t>(bytes * 2, 64 * 24));
+    rows_host_.resize(bytes);
+    uint8_t* h = rows_host_.data();
+    std::memcpy(h, r.pos, static_cast<size_t>(r.n) * 8);
+    std::memcpy(h + r.n * 8, r.tokens, static_cast<size_t>(r.n) * 4);
+    std::memcpy(h + r.n * 12, r.slot, static_cast<size_t>(r.n) * 4);
+    std::memcpy(h + r.n * 16, r.row0, static_cast<size_t>(r.n) * 4);
+    std::memcpy(h + r.n * 20, r.row_end, static_cast<size_t>(r.n) * 4);
+    ctx_.upload(rows_buf_.data(), h, bytes);
+    rows_pos_host_.assign(r.pos, r.pos + r.n);
+    rows_n_ = r.n;
+    rows_decode_ = r.decode;
+    // Entry capacities: a decode step's grids are sized by a power of two at or above the
+    // furthest position (so one capture lasts until a sequence passes it); other steps exactly.
+    int64_t e = std::max<int64_t>(r.max_end, 1);
+    if (r.decode) {
+      int64_t b = 256;
+      while (b < e) b <<= 1;
+      e = b;
     }
-    auto word = [&](const void* p) { key.push_back(reinterpret_cast<uintptr_t>(p)); };
-    word(step_buf_.data());
+    end_cap_ = e;
+    rows_active_ = true;
+  }
+  void end_rows() override { rows_active_ = false; }
+  int64_t padded_rows(int64_t n) const override {
+    if (n <= 8) {
+      int64_t b = 1;
+      while (b < n) b <<= 1;
+      return b;
+    }
+    int64_t b = 8;  // then 12, 16, 24, 32, 48, 64, ...: at most a third of a step is padding
+    while (b < n) b = b % 3 == 0 ? b / 3 * 4 : b / 2 * 3;
+    return b;
+  }
+  bool step_key(std::vector<uint64_t>& key) override {
+    key.push_back(reinterpret_cast<uintptr_t>(rows_buf_.data()));
+    key.push_back(static_cast<uint64_t>(end_cap_));
     key.push_back(ctx_.scratch_generation());
     key.push_back(blocks_.size());  // where the next alloc() lands: the capture's scratch addresses
     key.push_back(cur_);
     key.push_back(blocks_.empty() ? 0 : blocks_[cur_].top);
-    for (SequenceState* s : seqs) {
-      for (LayerState& st : s->layers) {
-        word(CudaRing::of(st, ctx_, c.window, c.head_dim).data());
-        for (CompressorState* cs : {&st.comp, &st.index}) {
-          if (cs->ratio <= 0) continue;
-          CudaCompressorState& dev = CudaCompressorState::of(*cs, ctx_);
-          dev.reserve_entries(cs->n_entries + 1, cs->n_entries);  // room for the entry this step may close
-          word(dev.buf_kv());
-          word(dev.entries());
-          key.push_back(static_cast<uint64_t>(dev.capacity()));
-          key.push_back((cs->buf_n + 1 == cs->ratio ? 1u : 0u) | (cs->has_prev ? 2u : 0u));
-        }
-      }
-    }
     return true;
   }
-  void begin_step(const int64_t* pos, const int32_t* tokens, int64_t n) override {
-    HS_CHECK(n >= 1 && n <= step_cap_, "internal: a step of ", n, " rows, the step block holds ", step_cap_);
-    step_pos_host_.assign(pos, pos + n);
-    ctx_.upload(step_pos(), pos, static_cast<size_t>(n) * 8);
-    ctx_.upload(step_tok(), tokens, static_cast<size_t>(n) * 4);
-    step_n_ = n;
-    step_seq_ = 0;
-    step_active_ = true;
-  }
-  void end_step() override { step_active_ = false; }
-  void step_sequence(size_t i) override { step_seq_ = i; }
   bool can_capture() const override { return !prof_.on(); }
   struct CudaGraph : Graph {
     cuda::CapturedGraph g;
@@ -258,141 +286,69 @@ class CudaOps : public Ops {
     cuda::hc_head(ctx_, hc_params(w, c), X, n, h);
   }
 
-  // ---- state-touching ops: the data on the device (cuda_state.h), the counters on the host
-  void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g, int64_t n,
-                         float eps, const RopeTable& rope, Numerics num, EntryQat qat) override {
-    auto prof = prof_.scope("compressor_update");
-    CudaCompressorState& dev = CudaCompressorState::of(st, ctx_);
-    const int r = st.ratio;
-    const int64_t d = st.d, width = st.coff * d;
-    const int64_t nw = (st.buf_n + n) / r, rem = (st.buf_n + n) % r;
-    // A decode step (step mode) reads its position from the step block: the open window's row
-    // is p % r, a closing window's entry is (p + 1) / r - 1 at position p + 1 - r.
-    const int64_t* sp = step_active_ ? step_seq_pos(n) : nullptr;
-    if (sp) HS_CHECK(st.buf_n == step_pos_host_[step_seq_] % r, "internal: compressor window of ", st.buf_n,
-                     " rows at position ", step_pos_host_[step_seq_], " (ratio ", r, ")");
-    if (nw == 0) {  // the window stays open: append the rows
-      if (sp) {
-        cuda::store_row_at(ctx_, dev.buf_kv(), a, dev.buf_gate(), g, width, sp, 0, 1, r);
-      } else {
-        ctx_.copy(dev.buf_kv() + st.buf_n * width, a, static_cast<size_t>(n * width) * 4);
-        ctx_.copy(dev.buf_gate() + st.buf_n * width, g, static_cast<size_t>(n * width) * 4);
-      }
-      st.buf_n += static_cast<int>(n);
-      return;
-    }
-    dev.reserve_entries(st.n_entries + nw, st.n_entries);
-    const size_t m = mark();
-    const int slots = st.coff * r;
-    float* kv = alloc(nw * slots * d);
-    float* gate = alloc(nw * slots * d);
-    float* prev = st.coff == 2 ? alloc(2 * r * d) : nullptr;
-    cuda::compressor_gather(ctx_, dev.buffers(), st.buf_n, st.has_prev, a, g, n, vec(w.ape), nw, kv, gate, prev);
-    float* out = sp ? alloc(nw * d) : dev.entries() + st.n_entries * d;
-    const bool model = num == Numerics::Model;  // the rounding points of CpuOps::compressor_update
-    cuda::compress_pool(ctx_, kv, gate, slots, d, nw, out);
-    if (model)
-      cuda::rmsnorm_bf16(ctx_, out, vec(w.norm), nw, d, eps, out, {true, true});
-    else
-      cuda::rmsnorm(ctx_, out, vec(w.norm), nw, d, eps, out);
-    if (sp)
-      cuda::rope_affine(ctx_, out, nw, 1, d, rope.rope_dim, sp, 1 - r, 0, vec(rope.inv_freq), +1);
-    else
-      cuda::rope_affine(ctx_, out, nw, 1, d, rope.rope_dim, st.n_entries * r, r, vec(rope.inv_freq), +1);
-    if (model && qat == EntryQat::Fp8Kv) kv_fp8_sim(out, nw, d, d - rope.rope_dim);
-    if (model && qat == EntryQat::IndexerFp4) indexer_fp4_sim(out, nw, d);
-    if (model && qat == EntryQat::None) cuda::round_bf16(ctx_, out, nw * d);
-    if (sp) cuda::store_row_at(ctx_, dev.entries(), out, nullptr, nullptr, d, sp, 1 - r, r, INT64_MAX);
-    // The rows after the last closed window all come from this chunk.
-    if (rem) {
-      ctx_.copy(dev.buf_kv(), a + (n - rem) * width, static_cast<size_t>(rem * width) * 4);
-      ctx_.copy(dev.buf_gate(), g + (n - rem) * width, static_cast<size_t>(rem * width) * 4);
-    }
-    if (st.coff == 2) {
-      ctx_.copy(dev.prev(), prev, static_cast<size_t>(2 * r * d) * 4);
-      st.has_prev = true;
-    }
-    st.n_entries += nw;
-    st.buf_n = static_cast<int>(rem);
-    release_to(m);
+  // ---- state ops (ops.h) over the step's rows, on the shard's pool (kernels/cuda/paged_state_cuda.h)
+  void kv_store(const StatePool& pool, int layer, const float* kv) override {
+    auto prof = prof_.scope("kv_store");
+    cuda::kv_store_paged(ctx_, dev_rows(), tables(pool), pool.storage(layer).kv, kv);
   }
-
-  void indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id, const CompressorState& keys,
-                    int64_t p0, int ratio, int k, int32_t* sel) override {
+  void compressor_update(const StatePool& pool, int layer, bool indexer, const CompressorWeights& w, const float* a,
+                         const float* g, float eps, const RopeTable& rope, Numerics num) override {
+    auto prof = prof_.scope(indexer ? "indexer_compressor" : "compressor");
+    const StateLayout::Layer& y = pool.layout().layers[static_cast<size_t>(layer)];
+    const LayerStorage& st = pool.storage(layer);
+    cuda::CompressorPaged c;
+    c.dst = indexer ? st.keys : st.entries;
+    c.ring_kv = indexer ? st.iring_kv : st.ring_kv;
+    c.ring_gate = indexer ? st.iring_gate : st.ring_gate;
+    c.ring = y.ring;
+    c.ratio = y.ratio;
+    c.coff = indexer ? 2 : y.coff;
+    c.rope_dim = rope.rope_dim;
+    c.ape = vec(w.ape);
+    c.norm = vec(w.norm);
+    c.inv_freq = vec(rope.inv_freq);
+    c.eps = eps;
+    c.model = num == Numerics::Model;
+    cuda::compressor_paged(ctx_, dev_rows(), tables(pool), c, a, g, rows_decode_);
+  }
+  void indexer_topk(const StatePool& pool, int layer, const float* q, const float* w, int ih, int64_t id, int k,
+                    int32_t* sel) override {
     auto prof = prof_.scope("indexer_topk");
-    if (step_active_) {  // a decode step: scores over the capacity, visibility from the step block
-      const int64_t* sp = step_seq_pos(n);
-      CudaCompressorState& dev = CudaCompressorState::of(keys, ctx_);
-      const int64_t cap = dev.capacity();
-      HS_CHECK(cap >= keys.n_entries && cap > 0, "internal: indexer keys beyond their capacity");
-      const size_t m = mark();
-      float* score = alloc(n * cap);
-      cuda::indexer_scores(ctx_, q, w, n, ih, id, dev.entries(), cap, sp, ratio, score);
-      cuda::topk(ctx_, score, n, cap, sp, ratio, k, sel);  // pads with -1 where fewer than k are visible
-      release_to(m);
-      return;
-    }
-    const int64_t E = keys.n_entries;
-    const int kk = static_cast<int>(std::min<int64_t>(k, E));
-    if (kk < k) ctx_.fill_bytes(sel, 0xff, static_cast<size_t>(n * k) * 4);  // -1 padding
-    if (E == 0) return;
+    const int r = pool.layout().layers[static_cast<size_t>(layer)].ratio;
+    const PagedRows& keys = pool.storage(layer).keys;
+    const int64_t n = rows_n_, ld = entry_cap(r);
     const size_t m = mark();
-    float* score = alloc(n * E);
-    const int64_t* pos = positions(p0, n);
-    cuda::indexer_scores(ctx_, q, w, n, ih, id, CudaCompressorState::of(keys, ctx_).entries(), E, pos, ratio, score);
-    if (kk == k) {
-      cuda::topk(ctx_, score, n, E, pos, ratio, k, sel);
-    } else {
-      int32_t* top = reinterpret_cast<int32_t*>(alloc(n * kk));
-      cuda::topk(ctx_, score, n, E, pos, ratio, kk, top);
-      HS_CUDA_CHECK(cudaMemcpy2DAsync(sel, static_cast<size_t>(k) * 4, top, static_cast<size_t>(kk) * 4,
-                                      static_cast<size_t>(kk) * 4, static_cast<size_t>(n), cudaMemcpyDeviceToDevice,
-                                      ctx_.stream()));
-    }
+    float* score = alloc(n * ld);
+    const cuda::DevRows dr = dev_rows();
+    const cuda::KeySource ks{keys.base, keys.fmt, keys.rows_per_block, pool.cmp_table(), pool.layout().max_pages,
+                             dr.slot};
+    cuda::indexer_scores(ctx_, q, w, n, ih, id, ks, ld, dr.pos, r, score);
+    cuda::topk(ctx_, score, n, ld, dr.pos, r, k, sel);  // pads with -1 where fewer than k are visible
     release_to(m);
   }
-
-  void attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st, const float* kv_chunk,
-                 int64_t p0, const CompressorState* comp, const int32_t* sel, int k, const std::vector<float>& sinks,
-                 float* out) override {
+  void attention(const StatePool& pool, int layer, const float* q, const ModelConfig& c, const float* kv_chunk,
+                 bool compressed, const int32_t* sel, int k, const std::vector<float>& sinks, float* out) override {
     auto prof = prof_.scope("attention");
-    const int64_t hd = c.head_dim;
-    const int ratio = comp ? comp->ratio : 0;
-    // A decode step's row list holds any position's rows: the window, then k selected entries or
-    // every entry up to the capacity (the kernel reads the position and counts the visible ones).
-    const int64_t* sp = step_active_ ? step_seq_pos(n) : nullptr;
-    if (sp) HS_CHECK(p0 == step_pos_host_[step_seq_], "internal: attention at ", p0, ", the step block says ",
-                     step_pos_host_[step_seq_]);
-    const int64_t E = !comp ? 0 : sp ? CudaCompressorState::of(*comp, ctx_).capacity() : comp->n_entries;
-    const int64_t ld = sp ? c.window + (ratio ? (sel ? k : E) : 0)
-                          : cuda::attention_rows_ld(n, p0, c.window, ratio, E, sel != nullptr, k);
+    const int r = compressed ? pool.layout().layers[static_cast<size_t>(layer)].ratio : 0;
+    const LayerStorage& st = pool.storage(layer);
+    const int64_t n = rows_n_, hd = c.head_dim;
+    const int64_t ld = c.window + (r ? (sel ? k : entry_cap(r)) : 0);
     const size_t m = mark();
     auto* rows = reinterpret_cast<int32_t*>(alloc(n * ld));
     auto* counts = reinterpret_cast<int32_t*>(alloc(n));
-    cuda::attention_rows(ctx_, n, p0, c.window, ratio, E, sel, k, rows, counts, ld, sp);
-    cuda::AttnRows ar{kv_chunk, rows, counts, ld, CudaRing::of(st, ctx_, c.window, hd).data(),
-                      comp && E ? CudaCompressorState::of(*comp, ctx_).entries() : nullptr};
+    cuda::attention_rows_paged(ctx_, dev_rows(), tables(pool), c.window, r, st.entries.rows_per_block, sel, k, rows,
+                               counts, ld);
+    cuda::AttnRows ar;
+    ar.kv = kv_chunk;
+    ar.rows = rows;
+    ar.n_rows = counts;
+    ar.rows_ld = ld;
+    ar.kv1 = st.kv.base;
+    ar.fmt1 = st.kv.fmt;
+    ar.kv2 = st.entries.base;
+    ar.fmt2 = st.entries.fmt;
     cuda::attention_sink(ctx_, q, n, c.n_heads, hd, ar, vec(sinks), 1.0f / std::sqrt(static_cast<float>(hd)), out);
     release_to(m);
-  }
-
-  void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
-                  int64_t head_dim) override {
-    auto prof = prof_.scope("ring_store");
-    float* ring = CudaRing::of(st, ctx_, window, head_dim).data();
-    if (step_active_) {  // a decode step: slot p % window, p from the step block
-      cuda::store_row_at(ctx_, ring, kv_chunk, nullptr, nullptr, head_dim, step_seq_pos(n), 0, 1, window);
-      return;
-    }
-    // The last min(n, window) rows, position p at slot p % window: at most two runs.
-    const int64_t first = std::max<int64_t>(0, n - window);
-    int64_t t = first;
-    while (t < n) {
-      const int64_t slot = (p0 + t) % window;
-      const int64_t run = std::min<int64_t>(n - t, window - slot);
-      ctx_.copy(ring + slot * head_dim, kv_chunk + t * head_dim, static_cast<size_t>(run * head_dim) * 4);
-      t += run;
-    }
   }
 
   // MoE: router and routing on the device, then cuda::moe_experts for the routed and the shared
@@ -409,8 +365,7 @@ class CudaOps : public Ops {
     cuda::matmul(ctx_, weight(w.gate), x, n, logits, gemm_mode());
     const bool hash = !w.tid2eid.empty();
     // Only hash layers read the tokens (a decode step's are in the step block).
-    if (step_active_) check_step_rows(nullptr, n);
-    const int32_t* dtok = !hash ? nullptr : step_active_ ? step_tok() : upload_i32(tokens, n);
+    const int32_t* dtok = !hash ? nullptr : rows_active_ && n == rows_n_ ? rows_tok() : upload_i32(tokens, n);
     int32_t* didx = reinterpret_cast<int32_t*>(alloc(n * K));
     float* dw = alloc(n * K);
     cuda::moe_route(ctx_, logits, n, E, K, w.gate_bias.empty() ? nullptr : vec(w.gate_bias),
@@ -558,20 +513,6 @@ class CudaOps : public Ops {
     return p;
   }
 
-  // Device positions p0 .. p0 + n - 1 (the indexer kernels take an array); reuploaded only
-  // when (p0, n) changes. The buffer is only rewritten in stream order, after its readers.
-  const int64_t* positions(int64_t p0, int64_t n) {
-    if (p0 != pos_p0_ || n != pos_n_) {
-      if (pos_buf_.bytes() < static_cast<size_t>(n) * 8) pos_buf_ = ctx_.alloc(static_cast<size_t>(n) * 16);
-      std::vector<int64_t> h(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = p0 + i;
-      ctx_.upload(pos_buf_.data(), h.data(), h.size() * 8);
-      pos_p0_ = p0;
-      pos_n_ = n;
-    }
-    return pos_buf_.as<int64_t>();
-  }
-
   // RoPE at the rows' positions: the step block's in a decode step, else p0 + t where they are
   // consecutive (no array to upload), else an uploaded array; with r, the rounded variant.
   void rope_impl(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
@@ -579,9 +520,9 @@ class CudaOps : public Ops {
     const size_t m = mark();
     const int64_t* p = nullptr;
     int64_t p0 = 0, stride = 0;
-    if (step_active_) {
+    if (rows_active_ && n == rows_n_) {
       check_step_rows(pos, n);
-      p = step_pos();
+      p = rows_pos();
     } else {
       bool affine = true;
       for (int64_t i = 1; i < n && affine; ++i) affine = pos[i] == pos[0] + i;
@@ -599,35 +540,37 @@ class CudaOps : public Ops {
     release_to(m);
   }
 
-  // The step block (step mode): device positions and tokens of the step's rows.
-  int64_t* step_pos() const { return step_buf_.as<int64_t>(); }
-  int32_t* step_tok() const { return reinterpret_cast<int32_t*>(step_pos() + step_cap_); }
-  // The current sequence's position in the block (its one row; step mode runs decode steps).
-  const int64_t* step_seq_pos(int64_t n) const {
-    HS_CHECK(n == 1 && step_seq_ < static_cast<size_t>(step_n_), "internal: step mode with ", n,
-             " rows for sequence ", step_seq_, " of ", step_n_);
-    return step_pos() + step_seq_;
+  // The step's rows on the device (begin_rows).
+  const int64_t* rows_pos() const { return rows_buf_.as<int64_t>(); }
+  const int32_t* rows_i32(int k) const { return reinterpret_cast<const int32_t*>(rows_pos() + rows_n_) + k * rows_n_; }
+  const int32_t* rows_tok() const { return rows_i32(0); }
+  cuda::DevRows dev_rows() const {
+    HS_CHECK(rows_active_, "internal: a state op outside a step");
+    return {rows_pos(), rows_i32(1), rows_i32(2), rows_i32(3), rows_n_};
   }
+  static cuda::PageTables tables(const StatePool& pool) {
+    return {pool.cmp_table(), pool.swa_table(), pool.layout().max_pages, pool.layout().page};
+  }
+  // Entries a row list or score row of a layer with ratio r has room for.
+  int64_t entry_cap(int r) const { return std::max<int64_t>(1, (end_cap_ + r - 1) / r); }
   // Row-wise ops of a step cover all its rows, at the block's positions.
   void check_step_rows(const int64_t* pos, int64_t n) const {
-    HS_CHECK(n == step_n_, "internal: an op over ", n, " rows in a step of ", step_n_);
+    HS_CHECK(n == rows_n_, "internal: an op over ", n, " rows in a step of ", rows_n_);
     if (pos)
       for (int64_t i = 0; i < n; ++i)
-        HS_CHECK(pos[i] == step_pos_host_[static_cast<size_t>(i)], "internal: row ", i, " at position ", pos[i],
-                 ", the step block says ", step_pos_host_[static_cast<size_t>(i)]);
+        HS_CHECK(pos[i] == rows_pos_host_[static_cast<size_t>(i)], "internal: row ", i, " at position ", pos[i],
+                 ", the step block says ", rows_pos_host_[static_cast<size_t>(i)]);
   }
 
   cuda::DeviceContext ctx_;
   Numerics numerics_;
-  cuda::DeviceBuffer step_buf_;
-  int64_t step_cap_ = 0, step_n_ = 0;
-  size_t step_seq_ = 0;
-  bool step_active_ = false;
-  std::vector<int64_t> step_pos_host_;
+  cuda::DeviceBuffer rows_buf_;
+  std::vector<uint8_t> rows_host_;
+  std::vector<int64_t> rows_pos_host_;
+  int64_t rows_n_ = 0, end_cap_ = 0;
+  bool rows_active_ = false, rows_decode_ = false;
   std::unique_ptr<cuda::SynthPool> synth_;
   CudaOpProfile prof_;  // pools of random quantised rows (synthetic models)
-  cuda::DeviceBuffer pos_buf_;
-  int64_t pos_p0_ = -1, pos_n_ = -1;
   std::vector<Block> blocks_;
   size_t cur_ = 0;
   std::vector<std::pair<size_t, size_t>> stack_;  // (block, top before the allocation)

@@ -8,12 +8,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <numeric>
 #include <sstream>
 #include <utility>
 
 #include "util/error.h"
+#include "util/log.h"
 
 namespace hs {
 
@@ -76,6 +78,14 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
              "power-of-two index_head_dim, this model has ", id, " (use --numerics reference)");
   }
   // Options first: a typo must not cost a load of the weights.
+  HS_CHECK(opts.max_seqs >= 1 && opts.max_seqs <= 4096, "--max-seqs must be in [1, 4096], got ", opts.max_seqs);
+  HS_CHECK(opts.max_context >= 0, "--ctx-size must be positive, got ", opts.max_context);
+  if (opts.max_context > config_.max_position && config_.max_position > 0)
+    log_warn("--ctx-size ", opts.max_context, " is longer than the model was trained for (", config_.max_position,
+             " positions): positions beyond that are extrapolated");
+  HS_CHECK(opts.state_memory >= 0, "--state-memory must be positive, got ", opts.state_memory);
+  HS_CHECK(opts.max_rollback >= 0 && opts.max_rollback <= 1024, "max_rollback must be in [0, 1024], got ",
+           opts.max_rollback);
   HS_CHECK(opts.pipeline_micro_batches >= 0, "--micro-batches must be at least 0 (0: automatic), got ",
            opts.pipeline_micro_batches);
   HS_CHECK(opts.peer_access == "auto" || opts.peer_access == "on" || opts.peer_access == "off",
@@ -125,9 +135,24 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
           for (int j = 0; j < k; ++j) L.tid2eid[t * k + j] = L.tid2eid[t * model_k + j];
         L.tid2eid.resize(V * k);
       }
-    shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops, opts.numerics));
+    shards_.push_back(std::make_unique<Shard>(config_, std::move(w), *ops, opts.numerics, StatePoolOptions{}, false));
     shards_.back()->set_graphs(opts.cuda_graphs);
     begin = end;
+  }
+  // The state pools, once every weight is on its device: shards sharing a backend split what
+  // it suggests (or each takes --state-memory).
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    StatePoolOptions po;
+    po.slots = opts.max_seqs;
+    po.max_context = opts.max_context;
+    po.max_rollback = opts.max_rollback;
+    po.memory_bytes = opts.state_memory;
+    if (po.memory_bytes == 0) {
+      int64_t sharing = 0;
+      for (size_t j = i; j < shards_.size(); ++j) sharing += &shards_[j]->ops() == &shards_[i]->ops();
+      po.memory_bytes = -std::max<int64_t>(1, sharing);  // StatePool: the backend's hint over this many shards
+    }
+    shards_[i]->init_state(po);
   }
   shard_offset_ = std::max(opts.only_shard, 0);
   for (size_t i = 0; i < ops_.size(); ++i) ops_locks_.push_back(std::make_unique<std::mutex>());
@@ -170,6 +195,78 @@ std::unique_ptr<Sequence> Engine::new_sequence() const {
   return s;
 }
 
+std::unique_ptr<Sequence> Engine::fork(const Sequence& src, int64_t upto) const {
+  HS_CHECK(src.shards.size() == shards_.size(), "fork: the sequence has ", src.shards.size(),
+           " shard states, the engine ", shards_.size(), " shards");
+  for (size_t s = 0; s < shards_.size(); ++s) shards_[s]->check_state(*src.shards[s], "fork: ");
+  auto dst = new_sequence();
+  // A shard that cannot fork changes nothing; the earlier shards' copies go with dst.
+  for (size_t s = 0; s < shards_.size(); ++s) shards_[s]->pool().fork(*src.shards[s], upto, *dst->shards[s]);
+  return dst;
+}
+
+void Engine::truncate(Sequence& seq, int64_t n) const {
+  HS_CHECK(seq.shards.size() == shards_.size(), "truncate: the sequence has ", seq.shards.size(),
+           " shard states, the engine ", shards_.size(), " shards");
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    shards_[s]->check_state(*seq.shards[s], "truncate: ");
+    const SequenceState& st = *seq.shards[s];
+    HS_CHECK(n >= 0 && n <= st.n_past() && n >= st.high() - st.pool().layout().max_rollback, "truncate to ", n,
+             " tokens: shard ", s, " holds ", st.n_past(), " (furthest ", st.high(), ", rollback at most ",
+             st.pool().layout().max_rollback, ")");
+  }
+  for (size_t s = 0; s < shards_.size(); ++s) shards_[s]->pool().truncate(*seq.shards[s], n);
+}
+
+bool Engine::can_reserve(const Sequence& seq, int64_t n) const {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const StatePool& p = shards_[s]->pool();
+    const auto [c, w] = p.blocks_needed(*seq.shards.at(s), n);
+    const StatePoolStats st = p.stats();
+    if (c > st.cmp_total - st.cmp_used || w > st.swa_total - st.swa_used) return false;
+    if (seq.shards[s]->n_past() + n > p.layout().max_context) return false;
+  }
+  return true;
+}
+
+int64_t Engine::pages_for(int64_t n_tokens) const {
+  return shards_.empty() ? 0 : (n_tokens + shards_.front()->pool().layout().page - 1) / shards_.front()->pool().layout().page;
+}
+
+int64_t Engine::free_pages() const {
+  int64_t f = INT64_MAX;
+  for (const auto& sh : shards_) {
+    const StatePoolStats st = sh->pool().stats();
+    f = std::min(f, st.cmp_total - st.cmp_used);
+  }
+  return shards_.empty() ? 0 : f;
+}
+
+EngineStateStats Engine::state_stats() const {
+  EngineStateStats t;
+  t.token_capacity = INT64_MAX;
+  for (const auto& sh : shards_) {
+    const StatePoolStats st = sh->pool().stats();
+    t.pages_total += st.cmp_total;
+    t.pages_used += st.cmp_used;
+    t.pages_shared += st.cmp_shared;
+    t.swa_pages_total += st.swa_total;
+    t.swa_pages_used += st.swa_used;
+    t.slots_total = st.slots_total;
+    t.slots_used = std::max(t.slots_used, st.slots_used);
+    t.token_capacity = std::min(t.token_capacity, sh->pool().token_capacity());
+    t.bytes_per_token += sh->pool().layout().cmp_page_bytes / sh->pool().layout().page;
+  }
+  if (shards_.empty()) t.token_capacity = 0;
+  return t;
+}
+
+int64_t Engine::padded_rows(int64_t rows) const {
+  int64_t p = rows;
+  for (const auto& sh : shards_) p = std::max(p, sh->ops().padded_rows(rows));
+  return p;
+}
+
 StepGraphStats Engine::graph_stats() const {
   StepGraphStats t;
   for (const auto& sh : shards_) {
@@ -194,6 +291,7 @@ bool Engine::can_sample() const { return !shards_.empty() && shards_.back()->ops
 struct Engine::Micro {
   std::span<const StepItem> items;
   int64_t rows = 0;
+  int64_t pad = 0;             // padding rows after the items' (a decode step rounded up for a graph)
   std::vector<HcState> X;      // per shard: the state on its backend (one buffer while the backend stays)
   std::vector<float> staging;  // host copy between shards on different backends
   std::vector<void*> handoff;  // per shard: the token of the state sent to it (Ops::send_to)
@@ -220,8 +318,8 @@ void Engine::check_items(std::span<const StepItem> items) const {
     }
     for (size_t s = 0; s < shards_.size(); ++s) {
       shards_[s]->check_state(*it.seq->shards[s], what);
-      HS_CHECK(it.seq->shards[s]->n_past == it.seq->n_past(), what, "shard ", s, " of the sequence is at position ",
-               it.seq->shards[s]->n_past, ", shard 0 at ", it.seq->n_past(),
+      HS_CHECK(it.seq->shards[s]->n_past() == it.seq->n_past(), what, "shard ", s, " of the sequence is at position ",
+               it.seq->shards[s]->n_past(), ", shard 0 at ", it.seq->n_past(),
                " (a step failed half-way through the pipeline): reset the sequence");
     }
     for (size_t j = 0; j < i; ++j)
@@ -242,7 +340,7 @@ void Engine::prepare(Micro& mb, HcState X0) {
     Ops& o = sh->ops();
     if (mb.X.empty() && X0.data) mb.X.push_back(X0);
     else if (!mb.X.empty() && mb.X.back().backend == &o) mb.X.push_back(mb.X.back());
-    else mb.X.push_back(HcState{o.alloc(mb.rows * per), mb.rows, per, &o});
+    else mb.X.push_back(HcState{o.alloc((mb.rows + mb.pad) * per), mb.rows + mb.pad, per, &o});
   }
 }
 
@@ -255,20 +353,21 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
   while (ops_[b].second.get() != &ops) ++b;
   // Shards on one backend take turns: its scratch is one stack and CpuOps shares one thread pool.
   std::lock_guard<std::mutex> lk(*ops_locks_[b]);
-  const int64_t count = mb.rows * config_.hc_mult * config_.dim;
+  const int64_t count = (mb.rows + mb.pad) * config_.hc_mult * config_.dim;
   const HcState& X = mb.X[s];
   const auto t0 = std::chrono::steady_clock::now();
   if (s == 0 && embed) {
     std::vector<int32_t> tokens;
     for (const StepItem& it : mb.items) tokens.insert(tokens.end(), it.tokens, it.tokens + it.n);
-    sh.embed(tokens.data(), mb.rows, X.data);
+    tokens.resize(static_cast<size_t>(mb.rows + mb.pad), 0);  // padding rows: token 0
+    sh.embed(tokens.data(), mb.rows + mb.pad, X.data);
   } else if (s > 0 && X.backend != mb.X[s - 1].backend) {
     if (void* token = std::exchange(mb.handoff[s], nullptr)) ops.accept(token);
     else ops.upload(X.data, mb.staging.data(), count);
   }
   std::vector<SeqRows> seqs;
   for (const StepItem& it : mb.items) seqs.push_back({it.seq->shards[s].get(), it.tokens, it.n});
-  sh.forward_batch(seqs, X);
+  sh.forward_batch(seqs, X, mb.pad);
   if (s + 1 < shards_.size() && mb.X[s + 1].backend != X.backend) {
     Ops& next = shards_[s + 1]->ops();
     if (send_[s]) mb.handoff[s + 1] = ops.send_to(next, mb.X[s + 1].data, X.data, count);
@@ -373,7 +472,7 @@ HcState Engine::forward_shards(Sequence& seq, const int32_t* tokens, int64_t n, 
   HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
            shards_.size(), " shards");
   const StepItem item{&seq, tokens, n, nullptr, false};
-  Micro mb{{&item, 1}, n, {}, {}, {}};
+  Micro mb{{&item, 1}, n, 0, {}, {}, {}};
   prepare(mb, X);  // (the first shard checks the state it is given)
   for (size_t s = 0; s < shards_.size(); ++s) run_stage(s, mb, false, false);
   return mb.X.back();
@@ -388,6 +487,22 @@ void Engine::step_batch(std::span<const StepItem> items) {
   HS_CHECK(complete(), "this engine holds only shard ", shard_offset_, " (layers [", shards_.front()->layer_begin(),
            ", ", shards_.back()->layer_end(), ")) of a multi-process pipeline: step() needs the whole model");
   check_items(items);
+  // Pages for every item on every shard, before anything runs: a step that cannot have them
+  // changes nothing (the scheduler then preempts a sequence).
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const StatePool& p = shards_[s]->pool();
+    int64_t cmp = 0, swa = 0;
+    for (const StepItem& it : items) {
+      const auto [c, w] = p.blocks_needed(*it.seq->shards[s], it.n);
+      cmp += c;
+      swa += w;
+    }
+    const StatePoolStats st = p.stats();
+    if (cmp > st.cmp_total - st.cmp_used || swa > st.swa_total - st.swa_used)
+      throw StatePoolFull(cat("the state pool of shard ", s, " is full: this step needs ", cmp, " more pages (",
+                              st.cmp_total - st.cmp_used, " of ", st.cmp_total, " free) and ", swa, " SWA pages (",
+                              st.swa_total - st.swa_used, " of ", st.swa_total, " free)"));
+  }
   // Micro-batches of whole items with about equal rows: cut after the item where the running
   // row count reaches the next share, keeping at least one item for every group still to come.
   const size_t M = shards_.size() < 2 ? 1 : std::min<size_t>(static_cast<size_t>(micro_batches_), items.size());
@@ -401,8 +516,13 @@ void Engine::step_batch(std::span<const StepItem> items) {
     const size_t groups_after = M - mbs.size() - 1, items_after = items.size() - i - 1;
     const bool share_reached = done * static_cast<int64_t>(M) >= total * static_cast<int64_t>(mbs.size() + 1);
     if (items_after == 0 || (groups_after > 0 && (items_after == groups_after || share_reached))) {
-      Micro mb{items.subspan(begin, i + 1 - begin), 0, {}, {}, {}};
-      for (const StepItem& it : mb.items) mb.rows += it.n;
+      Micro mb{items.subspan(begin, i + 1 - begin), 0, 0, {}, {}, {}};
+      bool decode = true;
+      for (const StepItem& it : mb.items) {
+        mb.rows += it.n;
+        decode = decode && it.n == 1;
+      }
+      if (decode) mb.pad = padded_rows(mb.rows) - mb.rows;
       mbs.push_back(std::move(mb));
       begin = i + 1;
     }

@@ -46,6 +46,14 @@ struct EngineOptions {
   // Decode steps replayed as captured CUDA graphs (engine/step_graphs.h) on CUDA shards; false:
   // the same step-mode ops, launched one by one.
   bool cuda_graphs = true;
+  // The state pools, one per shard (engine/state_pool.h): sequences alive at once, the longest
+  // sequence (0: the model's max_position), the bytes of each shard's pool (0: what its backend
+  // suggests: a share of RAM on the CPU, most of a GPU's free memory after the weights), and
+  // how many tokens truncate() may take back.
+  int max_seqs = 32;
+  int64_t max_context = 0;
+  int64_t state_memory = 0;
+  int max_rollback = 16;
 };
 
 // "reference" | "model" (the --numerics option); errors name the value.
@@ -60,11 +68,22 @@ std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numer
 std::unique_ptr<Ops> make_cuda_ops(int device, Numerics numerics);  // engine/cuda_ops.cpp
 #endif
 
-// The state of one sequence across all shards.
+// The state of one sequence across all shards: a handle in each shard's pool. Destroy it
+// before its engine.
 struct Sequence {
   std::vector<std::unique_ptr<SequenceState>> shards;
-  int64_t n_past() const { return shards.empty() ? 0 : shards.front()->n_past; }
+  int64_t n_past() const { return shards.empty() ? 0 : shards.front()->n_past(); }
   void reset();
+};
+
+// The state pools of an engine's shards, summed (pages of different shards hold different
+// layers of the same positions).
+struct EngineStateStats {
+  int64_t pages_total = 0, pages_used = 0, pages_shared = 0;  // compressed pages
+  int64_t swa_pages_total = 0, swa_pages_used = 0;
+  int slots_total = 0, slots_used = 0;
+  int64_t token_capacity = 0;  // the most tokens one sequence can hold (the tightest shard)
+  int64_t bytes_per_token = 0; // compressed-page bytes per position, all shards
 };
 
 class PipelineRunner;
@@ -105,7 +124,20 @@ class Engine {
   int n_shards() const { return static_cast<int>(shards_.size()); }
   const std::string& shard_device(int i) const;
 
+  // A new empty sequence (a slot in every shard's pool; throws when none is free).
   std::unique_ptr<Sequence> new_sequence() const;
+  // A new sequence holding the first `upto` tokens of src: full pages shared with it, the last
+  // partial page and the open windows copied (StatePool::fork). Both continue independently.
+  std::unique_ptr<Sequence> fork(const Sequence& src, int64_t upto) const;
+  // Rolls seq back to its first n tokens (n >= the furthest it got - max_rollback).
+  void truncate(Sequence& seq, int64_t n) const;
+  // Whether every shard has the pages for n more tokens of seq (what a step of n rows takes).
+  bool can_reserve(const Sequence& seq, int64_t n) const;
+  // Pages n more tokens of an empty sequence take on the tightest shard, and that shard's free pages.
+  EngineStateStats state_stats() const;
+  int64_t pages_for(int64_t n_tokens) const;
+  int64_t free_pages() const;
+  const StateLayout& state_layout(int shard) const { return shards_.at(static_cast<size_t>(shard))->pool().layout(); }
   Shard& shard(int i) { return *shards_.at(static_cast<size_t>(i)); }
   // Processes n tokens (a prefill chunk or one decode token) and writes logits [n, vocab],
   // or only the last position's [vocab] when all_positions is false (serving). A batch of one.
@@ -157,6 +189,7 @@ class Engine {
   std::vector<double> stage_seconds_;
 
   struct Micro;  // one micro-batch on its way through the shards (engine.cpp)
+  int64_t padded_rows(int64_t rows) const;
   void check_items(std::span<const StepItem> items) const;
   void prepare(Micro& mb, HcState X0);
   void setup_handoffs(const std::string& peer_access);

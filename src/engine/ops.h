@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/sequence_state.h"
+#include "engine/state_pool.h"
 #include "engine/weights.h"
 
 namespace hs {
@@ -17,12 +17,25 @@ namespace hs {
 // (BF16 storage, FP8 activation quantisation, FP8 KV and Hadamard+FP4 indexer round trips).
 enum class Numerics { Reference, Model };
 
-// Which round trip a compressor applies to its finished entries under model numerics.
-enum class EntryQat { None, Fp8Kv, IndexerFp4 };
-
 struct RopeTable {
   int rope_dim = 0;
   std::vector<float> inv_freq;  // [rope_dim / 2]
+};
+
+// The rows of one step over a shard (Shard::forward_batch builds it, the state ops read it):
+// row i is at position pos[i] of the sequence in pool slot slot[i]; that sequence's rows of
+// this step are rows [row0[i], row_end[i]) (at row0 it is at its n_past). Padding rows (a
+// decode step rounded up to a graph's row count) have slot -1: no state op reads or writes
+// for them, and their attention output is zero. Host arrays of n entries.
+struct StepRows {
+  int64_t n = 0;
+  const int64_t* pos = nullptr;
+  const int32_t* tokens = nullptr;
+  const int32_t* slot = nullptr;
+  const int32_t* row0 = nullptr;
+  const int32_t* row_end = nullptr;
+  bool decode = false;        // every sequence has one row
+  int64_t max_end = 0;        // largest position + 1 of a real row
 };
 
 // One row's sampling on a backend (Ops::sample), with cuda::sample's semantics (ops_cuda.h;
@@ -46,9 +59,18 @@ class Ops {
   // is loaded (a device backend uploads it and drops the host bytes).
   virtual WeightForm weight_form() const { return WeightForm::F32; }
   virtual void adopt_weight(Mat&) {}
-  // Whether sequence state data lives in the host SequenceState (else the backend keeps it in
-  // its own BackendState mirrors, and the host side holds only the counters).
-  virtual bool host_state() const { return true; }
+  // ---- state pool storage (engine/state_pool.h): persistent backend memory (host memory on
+  // the CPU), copies within it, uploads into it (page tables), and how much the backend
+  // suggests for the pools when not told (the CPU: a share of RAM; a GPU: of its free memory).
+  class StateMemory {
+   public:
+    virtual ~StateMemory() = default;
+    virtual void* data() const = 0;
+  };
+  virtual std::unique_ptr<StateMemory> alloc_state(size_t bytes) = 0;
+  virtual void state_copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void state_upload(void* dst, const void* host, size_t bytes) = 0;
+  virtual int64_t state_memory_hint() const = 0;
   // Bytes a pass over the matrix reads on this backend (its stored form on a device).
   virtual int64_t weight_bytes(const Mat& m) const { return m.rows * m.cols * 4; }
   // Measured device copy bandwidth (GB/s, read + write) for roofline figures; 0 where the
@@ -91,25 +113,23 @@ class Ops {
   // The backend's GPU index, -1 for the CPU (peer-access decisions between shards).
   virtual int device_index() const { return -1; }
 
-  // ---- decode steps as captured graphs (engine/step_graphs.h drives these)
-  // A decode step (one row per sequence) can run in "step mode": its per-step values, the rows'
-  // positions and tokens, sit in a device step block written by begin_step(), and every op
-  // reads them from there, so the step's work does not depend on host values and one capture
-  // serves every later step of the same shape. prepare_step() readies the sequences' device
-  // state for such a step (every buffer the step touches exists at its final address, with
-  // room for the entries it may add) and appends to `key` everything a capture of it bakes in
-  // (buffer addresses, capacities, which windows close, the scratch layout). It returns false
-  // where the backend has no step mode (the CPU); the step then runs as any other.
-  virtual bool prepare_step(const ModelConfig& c, std::span<SequenceState* const> seqs, std::vector<uint64_t>& key) {
-    (void)c, (void)seqs, (void)key;
+  // ---- a step's rows, and decode steps as captured graphs (engine/step_graphs.h)
+  // begin_rows() hands the backend the step's rows (StepRows) and pool before its layers run;
+  // the state ops and the position-dependent ops (RoPE, hash routing) read them from there (a
+  // device backend uploads them into a device block, so that a captured step reads the values
+  // of the step it is replayed for). end_rows() after the layers.
+  virtual void begin_rows(const StatePool& pool, const StepRows& rows) = 0;
+  virtual void end_rows() {}
+  // The rows a decode step of n sequences is padded to so that one capture serves every step of
+  // that row count (n where the backend has no graphs).
+  virtual int64_t padded_rows(int64_t n) const { return n; }
+  // Appends to `key` everything a capture of the current step bakes in besides its row count
+  // and the HC state's address (the row block's address, the scratch layout, the capacities the
+  // kernels' grids were sized by). false where the backend has no graphs (the CPU).
+  virtual bool step_key(std::vector<uint64_t>& key) {
+    (void)key;
     return false;
   }
-  // Step mode on: uploads the rows' positions and tokens (host) into the step block.
-  virtual void begin_step(const int64_t* pos, const int32_t* tokens, int64_t n) { (void)pos, (void)tokens, (void)n; }
-  virtual void end_step() {}
-  // The per-sequence ops that follow (compressor_update, indexer_topk, attention, ring_store)
-  // act on sequence i of the step, whose position is row i of the step block.
-  virtual void step_sequence(size_t i) { (void)i; }
   // Whether a step may be captured now (not while per-op profiling records events).
   virtual bool can_capture() const { return false; }
   // Capture: the ops queued between begin_capture() and end_capture() are recorded, not run.
@@ -143,23 +163,27 @@ class Ops {
                        float* X) = 0;
   virtual void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) = 0;
 
-  // Feeds the projections a/g ([n, coff*d]) of n tokens to a compressor; closes windows into
-  // new entries (pooled, normed, RoPE'd at their first position).
-  virtual void compressor_update(CompressorState& st, const CompressorWeights& w, const float* a, const float* g,
-                                 int64_t n, float eps, const RopeTable& rope, Numerics num, EntryQat qat) = 0;
-  // For each query t (position p0 + t): the top-min(k, visible) entries of the indexer
-  // scores, by descending score (ties to the lower index), into sel [n, k] (backend memory,
-  // int32, padded with -1), visible = min(entries, (p0 + t + 1) / ratio).
-  virtual void indexer_topk(const float* q, const float* w, int64_t n, int ih, int64_t id,
-                            const CompressorState& keys, int64_t p0, int ratio, int k, int32_t* sel) = 0;
-  // Sparse attention with sink for n queries: window rows (ring + this chunk's kv) plus the
-  // compressed entries chosen per query in sel [n, k] (-1 = none), or every visible entry when
-  // sel is null.
-  virtual void attention(const float* q, int64_t n, const ModelConfig& c, const LayerState& st,
-                         const float* kv_chunk, int64_t p0, const CompressorState* comp, const int32_t* sel, int k,
+  // ---- state ops over the rows of begin_rows() (one call per layer whatever the batch).
+  // The SWA KV rows kv [n, head_dim] into the pool (in its row form) where the sequence keeps
+  // them (the rows of pages with an SWA block).
+  virtual void kv_store(const StatePool& pool, int layer, const float* kv) = 0;
+  // Feeds the compressor projections a/g [n, coff*d] (indexer: its own compressor, d =
+  // index_head_dim) to every row's sequence: each window that closes at a row becomes an entry
+  // (pooled, normed, RoPE'd at its first position, then stored in the pool's row form, which is
+  // model numerics' round trip); the latest rows go to the slot for the windows still open.
+  virtual void compressor_update(const StatePool& pool, int layer, bool indexer, const CompressorWeights& w,
+                                 const float* a, const float* g, float eps, const RopeTable& rope, Numerics num) = 0;
+  // For each row (position p): the top-min(k, visible) indexer keys by score (descending, ties
+  // to the lower index) into sel [n, k] (int32, padded with -1), visible = (p + 1) / ratio.
+  virtual void indexer_topk(const StatePool& pool, int layer, const float* q, const float* w, int ih, int64_t id,
+                            int k, int32_t* sel) = 0;
+  // Sparse attention with sink for every row: window rows (this step's kv_chunk [n, head_dim]
+  // for the sequence's positions in this step, the pool's SWA rows before), plus compressed
+  // entries when `compressed`: those of sel [n, k] (-1 = none), or every visible one when sel
+  // is null.
+  virtual void attention(const StatePool& pool, int layer, const float* q, const ModelConfig& c,
+                         const float* kv_chunk, bool compressed, const int32_t* sel, int k,
                          const std::vector<float>& sinks, float* out) = 0;
-  virtual void ring_store(LayerState& st, const float* kv_chunk, int64_t n, int64_t p0, int window,
-                          int64_t head_dim) = 0;
   virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
                    Numerics num, float* y) = 0;
 

@@ -5,6 +5,7 @@
 
 #include "util/error.h"
 #include "util/log.h"
+#include "engine/state_pool.h"
 
 namespace hs {
 
@@ -19,16 +20,25 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 struct Scheduler::Slot {
-  std::unique_ptr<Sequence> seq;  // allocated once; reset before every reuse
+  std::unique_ptr<Sequence> seq;  // allocated once; its pages go back before every reuse
   bool busy = false;
   uint64_t id = 0;
+  uint64_t admitted = 0;          // admission order (the newest is preempted first)
   GenerationRequest req;
   std::unique_ptr<Sampler> sampler;
-  size_t prompt_done = 0;
-  int generated = 0;
+  // What is still to be prefilled: the prompt, or after a preemption the prompt and the tokens
+  // generated before the last one (which the next decode step feeds); feed_samples: whether the
+  // end of the feed samples a token (the prompt's does, a recompute's does not).
+  std::vector<int32_t> feed;
+  size_t feed_done = 0;
+  bool feed_samples = true;
+  bool waiting = false;           // preempted: waits for pages before it recomputes
+  std::vector<int32_t> out;       // the tokens generated so far
   int32_t last = -1;
   std::vector<float> logits;
   StepSample device;  // this step's device sampling request (StepItem::sample)
+  bool device_drawn = false;      // device.spec.u holds this token's uniform already (a retried step keeps it)
+  int generated() const { return static_cast<int>(out.size()); }
 };
 
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(engine), opts_(opts) {
@@ -36,7 +46,14 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(eng
   HS_CHECK(opts_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, got ", opts_.prefill_chunk);
   HS_CHECK(opts_.max_step_tokens >= 0, "max_step_tokens must be at least 0 (0: prefill_chunk + max_seqs), got ",
            opts_.max_step_tokens);
+  if (opts_.ctx_size == 0) opts_.ctx_size = engine_.state_layout(0).max_context;
   HS_CHECK(opts_.ctx_size >= 2, "--ctx-size must be at least 2, got ", opts_.ctx_size);
+  HS_CHECK(opts_.ctx_size <= engine_.state_layout(0).max_context, "--ctx-size ", opts_.ctx_size,
+           " is longer than the engine's state pools were made for (", engine_.state_layout(0).max_context,
+           " tokens)");
+  HS_CHECK(opts_.max_seqs <= engine_.state_stats().slots_total - engine_.state_stats().slots_used, "--max-seqs ",
+           opts_.max_seqs, ": the engine's state pools have ", engine_.state_stats().slots_total - engine_.state_stats().slots_used,
+           " free sequence slots (EngineOptions::max_seqs)");
   for (int i = 0; i < opts_.max_seqs; ++i) {
     auto s = std::make_unique<Slot>();
     s->seq = engine_.new_sequence();
@@ -44,6 +61,7 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(eng
     slots_.push_back(std::move(s));
   }
   stats_.max_seqs = opts_.max_seqs;
+  stats_.pages = engine_.state_stats();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -59,6 +77,12 @@ uint64_t Scheduler::submit(GenerationRequest req) {
   const int64_t need = static_cast<int64_t>(req.prompt.size()) + req.max_tokens;
   HS_CHECK(need <= opts_.ctx_size, "the prompt has ", req.prompt.size(), " tokens and max_tokens is ", req.max_tokens,
            ": ", need, " tokens do not fit the context size of ", opts_.ctx_size);
+  const EngineStateStats pages = engine_.state_stats();
+  HS_CHECK(need <= pages.token_capacity, "the prompt has ", req.prompt.size(), " tokens and max_tokens is ",
+           req.max_tokens, ": ", need, " tokens need ", engine_.pages_for(need), " state pages of ",
+           engine_.state_layout(0).page, " positions, and the state pool holds ",
+           pages.token_capacity / engine_.state_layout(0).page, " (", pages.token_capacity,
+           " tokens; more with --state-memory)");
   std::lock_guard<std::mutex> lk(mu_);
   HS_CHECK(!draining_ && !stop_, "the server is shutting down");
   const uint64_t id = next_id_++;
@@ -119,19 +143,48 @@ void Scheduler::loop() {
           ++it;
         }
       }
-      // Admit queued requests into free slots; a slot's state is zeroed before reuse.
+      // Admit queued requests into free slots while their pages are free, counting what the
+      // running ones still need for their next stretch: preempted ones first, then in order.
+      int64_t free_pages = engine_.free_pages();
+      for (auto& s : slots_)
+        if (s->busy && !s->waiting)
+          free_pages -= std::max<int64_t>(0, pages_wanted(*s) - static_cast<int64_t>(s->seq->shards.front()->cmp_pages().size()));
+      std::vector<Slot*> waiting;
+      for (auto& s : slots_)
+        if (s->busy && s->waiting) waiting.push_back(s.get());
+      std::sort(waiting.begin(), waiting.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+      bool blocked = false;
+      for (Slot* s : waiting) {
+        if (!admissible(*s, free_pages)) {
+          blocked = true;  // keep the order: nothing newer goes before it
+          break;
+        }
+        s->waiting = false;
+        free_pages -= pages_wanted(*s);
+      }
       for (auto& s : slots_) {
-        if (s->busy || queue_.empty()) continue;
+        if (blocked || s->busy || queue_.empty()) continue;
+        Slot probe;
+        probe.req.prompt = queue_.front().second.prompt;
+        probe.req.max_tokens = queue_.front().second.max_tokens;
+        probe.feed = probe.req.prompt;
+        if (!admissible(probe, free_pages)) break;
         auto [id, req] = std::move(queue_.front());
         queue_.pop_front();
         s->busy = true;
         s->id = id;
+        s->admitted = next_admitted_++;
         s->req = std::move(req);
         s->seq->reset();
         s->sampler = std::make_unique<Sampler>(s->req.sampling);
-        s->prompt_done = 0;
-        s->generated = 0;
+        s->feed = s->req.prompt;
+        s->feed_done = 0;
+        s->feed_samples = true;
+        s->waiting = false;
+        s->device_drawn = false;
+        s->out.clear();
         s->last = -1;
+        free_pages -= pages_wanted(*s);
         stats_.requests_active++;
         stats_.prompt_tokens_total += static_cast<int64_t>(s->req.prompt.size());
       }
@@ -145,7 +198,9 @@ void Scheduler::loop() {
     for (auto& [id, req] : cancelled_queued)
       if (req.on_done) req.on_done(FinishReason::Cancelled, "");
     step_once();
+    const EngineStateStats pages = engine_.state_stats();  // (the pools are this thread's)
     std::lock_guard<std::mutex> lk(mu_);
+    stats_.pages = pages;
     cv_.notify_all();  // shutdown() waits on progress
   }
 }
@@ -153,12 +208,43 @@ void Scheduler::loop() {
 void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
   GenerationRequest req = std::move(s.req);
   s.sampler.reset();
+  s.seq->reset();  // its pages go back now
+  const EngineStateStats pages = engine_.state_stats();
   {
     std::lock_guard<std::mutex> lk(mu_);
     s.busy = false;
     stats_.requests_active--;
+    stats_.pages = pages;  // (before on_done: whoever it wakes sees the pages back)
   }
   if (req.on_done) req.on_done(r, err);
+}
+
+// The pages a slot's next stretch holds in all: its feed, plus up to a page of output beyond
+// what it has generated (at most its max_tokens).
+int64_t Scheduler::pages_wanted(const Slot& s) const {
+  const int64_t page = engine_.state_layout(0).page;
+  const int64_t prompt = static_cast<int64_t>(s.req.prompt.size());
+  const int64_t upto = std::min<int64_t>(prompt + s.req.max_tokens, prompt + s.generated() + page);
+  return engine_.pages_for(std::max<int64_t>(upto, static_cast<int64_t>(s.feed.size())));
+}
+
+bool Scheduler::admissible(const Slot& s, int64_t free_pages) const {
+  const int64_t held = s.seq ? static_cast<int64_t>(s.seq->shards.front()->cmp_pages().size()) : 0;
+  return pages_wanted(s) - held <= free_pages;
+}
+
+// The newest sequence gives its pages back: it recomputes its state once pages are free
+// (prompt + generated tokens but the last, without sampling), then decodes on.
+void Scheduler::preempt(Slot& s) {
+  s.seq->reset();
+  s.feed = s.req.prompt;
+  s.feed_samples = s.out.empty();
+  if (!s.out.empty()) s.feed.insert(s.feed.end(), s.out.begin(), s.out.end() - 1);
+  s.feed_done = 0;
+  s.waiting = true;
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.preemptions++;
+  log_info("request ", s.id, " preempted at ", s.generated(), " generated tokens: the state pool is full");
 }
 
 // One engine step over every busy slot: cancelled requests end first, a request whose test
@@ -181,11 +267,11 @@ void Scheduler::step_once() {
     }
     if (cancelled) {
       finish(s, FinishReason::Cancelled, "");
-    } else if (s.req.test_fail_after >= 0 && s.generated >= s.req.test_fail_after) {
-      const std::string e = cat("engine failure forced by a test hook after ", s.generated, " tokens");
+    } else if (s.req.test_fail_after >= 0 && s.generated() >= s.req.test_fail_after) {
+      const std::string e = cat("engine failure forced by a test hook after ", s.generated(), " tokens");
       log_warn("request ", s.id, " failed: ", e);
       finish(s, FinishReason::Error, e);
-    } else {
+    } else if (!s.waiting) {
       live.push_back(&s);
     }
   }
@@ -194,47 +280,73 @@ void Scheduler::step_once() {
   // budget lasts (the oldest prompt gets at least one row, so prompts always progress): a long
   // prompt takes at most prefill_chunk rows of a step and never stalls decoding.
   std::stable_sort(live.begin(), live.end(), [](const Slot* a, const Slot* b) {
-    const bool pa = a->prompt_done < a->req.prompt.size(), pb = b->prompt_done < b->req.prompt.size();
-    return pa != pb ? pb : a->id < b->id;
+    const bool pa = a->feed_done < a->feed.size(), pb = b->feed_done < b->feed.size();
+    return pa != pb ? pb : a->admitted < b->admitted;
   });
-  int64_t budget = opts_.max_step_tokens > 0 ? opts_.max_step_tokens : int64_t{opts_.prefill_chunk} + opts_.max_seqs;
   std::vector<StepItem> items;
   std::vector<Slot*> stepped;
   int64_t prefill_rows = 0, decode_rows = 0;
-  for (Slot* s : live) {
-    const size_t left = s->req.prompt.size() - s->prompt_done;
-    const int64_t room = prefill_rows == 0 ? std::max<int64_t>(budget, 1) : budget;
-    const int64_t n = left == 0 ? 1 : std::min<int64_t>({opts_.prefill_chunk, static_cast<int64_t>(left), room});
-    if (n <= 0) break;  // (only prompt chunks run out of budget: decoders come first)
-    const int32_t* tokens = left == 0 ? &s->last : s->req.prompt.data() + s->prompt_done;
-    StepItem item{s->seq.get(), tokens, n, s->logits.data(), false};
-    item.output = n == static_cast<int64_t>(left) || left == 0;  // a chunk before the prompt's last: no head
-    // The step that ends the prompt, and every decode step, samples a token: on the device
-    // where the request allows it, with this token's uniform from the request's generator.
-    if (item.output) {
-      const GenerationRequest& q = s->req;
-      const SamplingParams& p = q.sampling;
-      if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token &&
-          p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) {
-        s->device = StepSample{{p.temperature, p.top_k, p.top_p, p.min_p, s->sampler->next_uniform()}};
-        item.sample = &s->device;
+  auto plan = [&] {
+    items.clear();
+    stepped.clear();
+    prefill_rows = decode_rows = 0;
+    int64_t budget = opts_.max_step_tokens > 0 ? opts_.max_step_tokens : int64_t{opts_.prefill_chunk} + opts_.max_seqs;
+    for (Slot* s : live) {
+      const size_t left = s->feed.size() - s->feed_done;
+      const int64_t room = prefill_rows == 0 ? std::max<int64_t>(budget, 1) : budget;
+      const int64_t n = left == 0 ? 1 : std::min<int64_t>({opts_.prefill_chunk, static_cast<int64_t>(left), room});
+      if (n <= 0) break;  // (only prompt chunks run out of budget: decoders come first)
+      const int32_t* tokens = left == 0 ? &s->last : s->feed.data() + s->feed_done;
+      StepItem item{s->seq.get(), tokens, n, s->logits.data(), false};
+      // A chunk before the feed's last, or a recompute's last, has no head to run.
+      item.output = left == 0 || (n == static_cast<int64_t>(left) && s->feed_samples);
+      // The step that ends the prompt, and every decode step, samples a token: on the device
+      // where the request allows it, with this token's uniform from the request's generator
+      // (drawn once per token, in the order the tokens are sampled; see the retry below).
+      if (item.output) {
+        const GenerationRequest& q = s->req;
+        const SamplingParams& p = q.sampling;
+        if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token &&
+            p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) {
+          if (!s->device_drawn) {
+            s->device = StepSample{{p.temperature, p.top_k, p.top_p, p.min_p, s->sampler->next_uniform()}};
+            s->device_drawn = true;
+          }
+          s->device.sampled = false;
+          item.sample = &s->device;
+        }
       }
+      items.push_back(item);
+      stepped.push_back(s);
+      (left == 0 ? decode_rows : prefill_rows) += n;
+      budget -= n;
     }
-    items.push_back(item);
-    stepped.push_back(s);
-    (left == 0 ? decode_rows : prefill_rows) += n;
-    budget -= n;
-  }
+  };
   const auto t0 = std::chrono::steady_clock::now();
-  try {
-    engine_.step_batch(items);
-  } catch (const std::exception& e) {
-    // A failure inside the step leaves every sequence of the batch half-advanced: all of them end.
-    for (Slot* s : stepped) {
-      log_warn("request ", s->id, " failed: ", e.what());
-      finish(*s, FinishReason::Error, e.what());
+  for (;;) {
+    plan();
+    try {
+      engine_.step_batch(items);
+      break;
+    } catch (const StatePoolFull& e) {
+      // Nothing ran. The newest sequence gives its pages back and waits; the rest try again.
+      Slot* victim = *std::max_element(stepped.begin(), stepped.end(),
+                                       [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+      if (stepped.size() == 1) {
+        log_warn("request ", victim->id, " failed: ", e.what());
+        finish(*victim, FinishReason::Error, e.what());
+        return;
+      }
+      preempt(*victim);
+      live.erase(std::find(live.begin(), live.end(), victim));
+    } catch (const std::exception& e) {
+      // A failure inside the step leaves every sequence of the batch half-advanced: all of them end.
+      for (Slot* s : stepped) {
+        log_warn("request ", s->id, " failed: ", e.what());
+        finish(*s, FinishReason::Error, e.what());
+      }
+      return;
     }
-    return;
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   {
@@ -248,16 +360,18 @@ void Scheduler::step_once() {
     size_t bytes = 0;
     for (const auto& o : slots_)
       if (o->busy)
-        for (const auto& st : o->seq->shards) bytes += st->bytes();
+        for (const auto& st : o->seq->shards) bytes += static_cast<size_t>(st->bytes());
     stats_.state_bytes = bytes;
+    stats_.pages = engine_.state_stats();
     stats_.graphs = engine_.graph_stats();
   }
   for (size_t i = 0; i < stepped.size(); ++i) {
     Slot& s = *stepped[i];
-    if (s.prompt_done < s.req.prompt.size()) {
-      s.prompt_done += static_cast<size_t>(items[i].n);
-      if (s.prompt_done < s.req.prompt.size()) continue;  // more prompt chunks to go
+    if (s.feed_done < s.feed.size()) {
+      s.feed_done += static_cast<size_t>(items[i].n);
+      if (s.feed_done < s.feed.size() || !s.feed_samples) continue;  // more chunks to go, or a recompute
     }
+    s.device_drawn = false;
     try {
       // A device request that fell back (no sampler on the backend) uses the uniform it drew.
       const StepSample* dev = items[i].sample;
@@ -266,12 +380,12 @@ void Scheduler::step_once() {
       else if (dev) r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size, dev->spec.u);
       else r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size);
       if (s.req.forced_token) {
-        r.token = s.req.forced_token(s.generated);
+        r.token = s.req.forced_token(s.generated());
         r.top.clear();
       }
       s.sampler->accept(r.token);
       s.last = r.token;
-      s.generated++;
+      s.out.push_back(r.token);
       {
         std::lock_guard<std::mutex> lk(mu_);
         stats_.generated_tokens_total++;
@@ -280,7 +394,7 @@ void Scheduler::step_once() {
       const bool go_on = !s.req.on_token || s.req.on_token(r);
       const bool is_stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), r.token) != s.req.stop_tokens.end();
       if (!go_on || is_stop) finish(s, FinishReason::Stop, "");
-      else if (s.generated >= s.req.max_tokens) finish(s, FinishReason::Length, "");
+      else if (s.generated() >= s.req.max_tokens) finish(s, FinishReason::Length, "");
     } catch (const std::exception& e) {
       log_warn("request ", s.id, " failed: ", e.what());
       finish(s, FinishReason::Error, e.what());

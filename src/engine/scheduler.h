@@ -1,9 +1,16 @@
 // Continuous batching over an Engine: up to max_seqs sequences in flight; each step is one
 // Engine::step_batch that gives every decoding sequence one token and the prefilling ones
 // chunks of at most prefill_chunk tokens (within max_step_tokens rows), so a long prompt never
-// stalls the others and the weights are streamed once per step, not once per sequence. Sequence slots are reset
-// (zeroed) before reuse. Requests talk to the scheduler through callbacks, called on the
-// scheduler thread; a callback returning false (or cancel()) ends the request within one step.
+// stalls the others and the weights are streamed once per step, not once per sequence.
+//
+// Admission is by state pages (engine/state_pool.h): a request starts when the pages of its
+// prompt and a first stretch of output are free, counting what the running ones still need
+// for theirs; its pages grow as it decodes. When a step finds the pool full, the newest running
+// sequence is preempted: its pages go back, and once pages are free again it recomputes its
+// state from its prompt and the tokens it had generated (no logits are sampled for that), then
+// goes on, so its output is what it would have been. Requests talk to the scheduler through
+// callbacks, called on the scheduler thread; a callback returning false (or cancel()) ends the
+// request within one step.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -48,7 +55,7 @@ struct GenerationRequest {
 struct SchedulerOptions {
   int max_seqs = 4;
   int prefill_chunk = 256;
-  int64_t ctx_size = 4096;          // prompt + max_tokens must fit
+  int64_t ctx_size = 0;             // prompt + max_tokens must fit; 0: the engine's (its pools' max context)
   // Rows (tokens) of one batched engine step over all slots; 0: prefill_chunk + max_seqs, so
   // every decoder gets its token and prompt chunks share the rest. (Last: callers brace-init
   // the fields above.)
@@ -66,7 +73,9 @@ struct SchedulerStats {
   int64_t prefill_tokens = 0, decode_tokens = 0;
   int64_t device_sampled_tokens = 0;                // of generated_tokens_total: sampled on the device
   StepGraphStats graphs;                            // decode steps as CUDA graphs (engine/step_graphs.h)
-  size_t state_bytes = 0;                           // SequenceState memory of live slots
+  size_t state_bytes = 0;                           // state pool memory the live sequences hold
+  EngineStateStats pages;                           // the engine's state pools
+  int64_t preemptions = 0;                          // sequences whose pages were taken back mid-run
   int max_seqs = 0;
 };
 
@@ -76,7 +85,8 @@ class Scheduler {
   ~Scheduler();  // stops the loop; in-flight requests finish as Cancelled
 
   // Checks the request (non-empty prompt, ids in the vocabulary, prompt + max_tokens <=
-  // ctx_size) and queues it. Throws hs::Error with the numbers when it cannot be admitted.
+  // ctx_size and within what the state pool can hold) and queues it. Throws hs::Error with the
+  // numbers when it cannot be admitted.
   uint64_t submit(GenerationRequest req);
   void cancel(uint64_t id);
   SchedulerStats stats() const;
@@ -88,6 +98,9 @@ class Scheduler {
   struct Slot;
   void loop();
   void step_once();
+  bool admissible(const Slot& s, int64_t free_pages) const;   // the pages its next stretch needs are free
+  int64_t pages_wanted(const Slot& s) const;                  // pages its next stretch will hold in all
+  void preempt(Slot& s);
   void finish(Slot& s, FinishReason r, const std::string& err);  // ends the request, frees the slot
 
   Engine& engine_;
@@ -99,6 +112,7 @@ class Scheduler {
   std::vector<uint64_t> cancelled_;
   SchedulerStats stats_;
   uint64_t next_id_ = 1;
+  uint64_t next_admitted_ = 1;
   bool stop_ = false, draining_ = false;
   std::thread thread_;
 };

@@ -9,39 +9,49 @@
 
 namespace hs {
 
-Shard::Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics)
+Shard::Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics,
+             const StatePoolOptions& state, bool make_pool)
     : config_(config), w_(std::move(weights)), ops_(ops), numerics_(numerics), graphs_(ops) {
   rope_main_ = {config_.rope_dim, cpu::rope_inv_freq(config_.rope_dim, config_.rope_theta)};
   rope_compress_ = {config_.rope_dim,
                     cpu::rope_inv_freq_yarn(config_.rope_dim, config_.compress_rope_theta, config_.yarn.factor,
                                             static_cast<double>(config_.yarn.original_ctx), config_.yarn.beta_fast,
                                             config_.yarn.beta_slow)};
+  if (make_pool) init_state(state);
 }
 
-std::unique_ptr<SequenceState> Shard::new_sequence() const {
-  auto s = std::make_unique<SequenceState>();
-  s->layer_begin = w_.begin;
-  for (int l = w_.begin; l < w_.end; ++l) {
-    LayerState st;
-    const bool host = ops_.host_state();  // a device backend keeps the data itself
-    if (host) st.ring.assign(static_cast<size_t>(config_.window) * config_.head_dim, 0.0f);
-    const int r = config_.ratio(l);
-    if (r > 0) st.comp.init(r, config_.compress_coff(l), config_.head_dim, host);
-    if (r == config_.csa_ratio) st.index.init(r, 2, config_.index_head_dim, host);
-    s->layers.push_back(std::move(st));
-  }
-  return s;
+void Shard::init_state(const StatePoolOptions& state) {
+  HS_CHECK(!pool_, "internal: shard [", w_.begin, ", ", w_.end, ") already has its state pool");
+  StatePoolOptions o = state;
+  o.packed = model();  // model numerics keep KV rows and keys in their FP8 / FP4 forms
+  pool_ = std::make_unique<StatePool>(config_, w_.begin, w_.end, ops_, o);
+}
+
+Shard::~Shard() = default;
+
+std::unique_ptr<SequenceState> Shard::new_sequence() { return pool().acquire(); }
+
+StatePool& Shard::pool() const {
+  HS_CHECK(pool_, "internal: shard [", w_.begin, ", ", w_.end, ") has no state pool yet");
+  return *pool_;
 }
 
 // The rows of one forward_batch call. Sequence i owns rows [offset[i], offset[i] + n_i) of
-// every activation; its first position is p0[i].
+// every activation; its first position is p0[i]. Rows [n_real, n) are padding (StepRows).
 struct Shard::Batch {
   std::span<const SeqRows> seqs;
   std::vector<int64_t> offset, p0;
   std::vector<int64_t> pos;     // the position of every row (RoPE)
   std::vector<int32_t> tokens;  // the token of every row (hash routing)
-  int64_t n = 0;                // rows
-  LayerState& layer(size_t i, int index) const { return seqs[i].state->layers[static_cast<size_t>(index)]; }
+  std::vector<int32_t> slot, row0, row_end;
+  int64_t n = 0, n_real = 0;    // rows, rows of sequences
+  StepRows rows() const {
+    int64_t end = 0;
+    for (size_t i = 0; i < seqs.size(); ++i) end = std::max(end, p0[i] + seqs[i].n);
+    bool decode = true;
+    for (const SeqRows& s : seqs) decode = decode && s.n == 1;
+    return {n, pos.data(), tokens.data(), slot.data(), row0.data(), row_end.data(), decode, end};
+  }
 };
 
 std::string batch_label(size_t i, size_t count) {
@@ -55,9 +65,11 @@ void Shard::check_tokens(const int32_t* tokens, int64_t n, int64_t p0, const std
 }
 
 void Shard::check_state(const SequenceState& seq, const std::string& what) const {
-  HS_CHECK(seq.layer_begin == w_.begin && static_cast<int>(seq.layers.size()) == w_.end - w_.begin, what,
-           "sequence state was made for layers starting at ", seq.layer_begin, " (", seq.layers.size(),
-           " layers), not for this shard [", w_.begin, ", ", w_.end, ")");
+  HS_CHECK(&seq.pool() == pool_.get(), what, "sequence state was made for layers starting at ", seq.layer_begin(), " (",
+           seq.n_layers(), " layers)", seq.layer_begin() == w_.begin && seq.n_layers() == w_.end - w_.begin
+                                           ? " by another engine"
+                                           : "",
+           ", not for this shard [", w_.begin, ", ", w_.end, ")");
 }
 
 void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
@@ -102,6 +114,10 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   ops_.matmul(L.wkv, x, n, kv);
   norm_bf16(kv, L.kv_norm, n, kv);
   ops_.rope(kv, n, 1, hd, rope, pos, +1);
+  const int li = L.layer - w_.begin;
+  // Into the pool in its row form (under model numerics that is the FP8 round trip), then this
+  // step's rows as attention reads them.
+  ops_.kv_store(*pool_, li, kv);
   if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c.rope_dim);
 
   // The compressors' projections, and the indexer's queries and head weights.
@@ -129,23 +145,12 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
     selected = reinterpret_cast<int32_t*>(ops_.alloc(n * K));
   }
   float* o = ops_.alloc(n * H * hd);
-  for (size_t i = 0; i < b.seqs.size(); ++i) {
-    ops_.step_sequence(i);
-    LayerState& st = b.layer(i, L.layer - w_.begin);
-    const int64_t r0 = b.offset[i], m = b.seqs[i].n, p0 = b.p0[i];
-    if (L.has_compressor)
-      ops_.compressor_update(st.comp, L.comp, a + r0 * width, g + r0 * width, m, c.norm_eps, rope, numerics_,
-                             EntryQat::Fp8Kv);
-    if (L.has_indexer) {
-      ops_.compressor_update(st.index, L.idx_comp, ia + r0 * 2 * ID, ig + r0 * 2 * ID, m, c.norm_eps, rope,
-                             numerics_, EntryQat::IndexerFp4);
-      ops_.indexer_topk(iq + r0 * IH * ID, iw + r0 * IH, m, static_cast<int>(IH), ID, st.index, p0, c.csa_ratio,
-                        static_cast<int>(K), selected + r0 * K);
-    }
-    ops_.attention(q + r0 * H * hd, m, c, st, kv + r0 * hd, p0, L.has_compressor ? &st.comp : nullptr,
-                   selected ? selected + r0 * K : nullptr, static_cast<int>(K), L.sinks, o + r0 * H * hd);
-    ops_.ring_store(st, kv + r0 * hd, m, p0, c.window, hd);
+  if (L.has_compressor) ops_.compressor_update(*pool_, li, false, L.comp, a, g, c.norm_eps, rope, numerics_);
+  if (L.has_indexer) {
+    ops_.compressor_update(*pool_, li, true, L.idx_comp, ia, ig, c.norm_eps, rope, numerics_);
+    ops_.indexer_topk(*pool_, li, iq, iw, static_cast<int>(IH), ID, static_cast<int>(K), selected);
   }
+  ops_.attention(*pool_, li, q, c, kv, L.has_compressor, selected, static_cast<int>(K), L.sinks, o);
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
   ops_.rope_bf16(o, n, H, hd, rope, pos, -1, rounding(true, true));
   float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
@@ -155,11 +160,13 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   bf16(y, n * D);
 }
 
-void Shard::forward_batch(std::span<const SeqRows> seqs, float* X) {
+void Shard::forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad) {
   HS_CHECK(!seqs.empty(), "shard [", w_.begin, ", ", w_.end, "): a batch needs at least one sequence");
+  HS_CHECK(pad >= 0, "internal: negative padding");
   // Everything is checked before any state changes, so a refused batch leaves every sequence as it was.
   Batch b;
   b.seqs = seqs;
+  int64_t need_cmp = 0, need_swa = 0;
   for (size_t i = 0; i < seqs.size(); ++i) {
     const SeqRows& s = seqs[i];
     const std::string what = batch_label(i, seqs.size());
@@ -170,22 +177,52 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X) {
     for (size_t j = 0; j < i; ++j)
       HS_CHECK(seqs[j].state != s.state, "sequence #", j, " and #", i,
                " of the batch are the same sequence: each may appear once per step");
-    check_tokens(s.tokens, s.n, s.state->n_past, what);
+    const int64_t p0 = s.state->n_past();
+    check_tokens(s.tokens, s.n, p0, what);
+    HS_CHECK(p0 + s.n <= pool_->layout().max_context, what, "positions up to ", p0 + s.n,
+             " are past the context this engine was made for (", pool_->layout().max_context, " tokens)");
+    const auto [c, w] = pool_->blocks_needed(*s.state, s.n);
+    need_cmp += c;
+    need_swa += w;
     b.offset.push_back(b.n);
-    b.p0.push_back(s.state->n_past);
-    for (int64_t t = 0; t < s.n; ++t) b.pos.push_back(s.state->n_past + t);
+    b.p0.push_back(p0);
+    for (int64_t t = 0; t < s.n; ++t) {
+      b.pos.push_back(p0 + t);
+      b.slot.push_back(s.state->slot());
+      b.row0.push_back(static_cast<int32_t>(b.n));
+      b.row_end.push_back(static_cast<int32_t>(b.n + s.n));
+    }
     b.tokens.insert(b.tokens.end(), s.tokens, s.tokens + s.n);
     b.n += s.n;
   }
+  const StatePoolStats ps = pool_->stats();
+  if (need_cmp > ps.cmp_total - ps.cmp_used || need_swa > ps.swa_total - ps.swa_used)
+    throw StatePoolFull(cat("shard [", w_.begin, ", ", w_.end, "): the state pool is full: this step needs ", need_cmp,
+                            " more pages (", ps.cmp_total - ps.cmp_used, " of ", ps.cmp_total, " free) and ", need_swa,
+                            " SWA pages (", ps.swa_total - ps.swa_used, " of ", ps.swa_total, " free)"));
+  for (const SeqRows& s : seqs)
+    HS_CHECK(pool_->reserve(*s.state, s.n), "internal: state pool reservation failed after the check");
+  b.n_real = b.n;
+  for (int64_t t = 0; t < pad; ++t) {  // padding rows: token 0 at position 0, no sequence
+    b.pos.push_back(0);
+    b.slot.push_back(-1);
+    b.row0.push_back(static_cast<int32_t>(b.n));
+    b.row_end.push_back(static_cast<int32_t>(b.n + 1));
+    b.tokens.push_back(0);
+    ++b.n;
+  }
+  pool_->sync_tables();
+  const StepRows rows = b.rows();
+  ops_.begin_rows(*pool_, rows);
+  struct EndRows {
+    Ops& ops;
+    ~EndRows() { ops.end_rows(); }
+  } end{ops_};
   // A decode step (one row per sequence) may run as a captured graph (step_graphs.h).
   bool done = false;
-  if (b.n == static_cast<int64_t>(seqs.size()) && !observer_) {
-    std::vector<SequenceState*> states;
-    for (const SeqRows& s : seqs) states.push_back(s.state);
-    done = graphs_.run(config_, states, b.pos.data(), b.tokens.data(), X, [&] { layers(b, X); });
-  }
+  if (rows.decode && !observer_) done = graphs_.run(b.n, X, [&] { layers(b, X); });
   if (!done) layers(b, X);
-  for (const SeqRows& s : seqs) s.state->n_past += s.n;
+  for (const SeqRows& s : seqs) pool_->advance(*s.state, s.n);
 }
 
 void Shard::layers(const Batch& b, float* X) {
@@ -211,16 +248,16 @@ void Shard::layers(const Batch& b, float* X) {
   }
 }
 
-void Shard::forward_batch(std::span<const SeqRows> seqs, const HcState& X) {
+void Shard::forward_batch(std::span<const SeqRows> seqs, const HcState& X, int64_t pad) {
   const int64_t width = config_.hc_mult * config_.dim;
-  int64_t n = 0;
+  int64_t n = pad;
   for (const SeqRows& s : seqs) n += s.n;
   HS_CHECK(X.data != nullptr, "shard [", w_.begin, ", ", w_.end, "): no HC state was handed over");
   HS_CHECK(X.backend == &ops_, "shard [", w_.begin, ", ", w_.end, "): the HC state lives on backend ",
            X.backend ? X.backend->name() : "?", ", not on this shard's ", ops_.name(), " backend");
   HS_CHECK(X.n_tokens == n && X.width == width, "shard [", w_.begin, ", ", w_.end, "): HC state of ", X.n_tokens,
            " x ", X.width, " floats handed over, expected ", n, " x ", width, " (n_tokens x hc*D)");
-  forward_batch(seqs, X.data);
+  forward_batch(seqs, X.data, pad);
 }
 
 void Shard::forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X) {

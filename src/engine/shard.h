@@ -1,5 +1,5 @@
-// A Shard: a contiguous layer range of one model on one backend. It owns its weights and
-// makes the SequenceStates of its layers. Shard 0 owns the embedding, the last shard the
+// A Shard: a contiguous layer range of one model on one backend. It owns its weights and the
+// state pool of its layers (state_pool.h), which holds every sequence's state on the shard. Shard 0 owns the embedding, the last shard the
 // output head; between shards only the HC state [n, hc, D] travels.
 #pragma once
 #include <functional>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/ops.h"
-#include "engine/sequence_state.h"
+#include "engine/state_pool.h"
 #include "engine/step_graphs.h"
 #include "engine/weights.h"
 #include "model/config.h"
@@ -41,7 +41,11 @@ std::string batch_label(size_t i, size_t count);
 
 class Shard {
  public:
-  Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics = Numerics::Reference);
+  // make_pool false: the pool is made later by init_state() (the engine makes every shard's
+  // pool once all weights are loaded, so a pool's share of a GPU is what the weights left).
+  Shard(const ModelConfig& config, ShardWeights weights, Ops& ops, Numerics numerics = Numerics::Reference,
+        const StatePoolOptions& state = {}, bool make_pool = true);
+  ~Shard();
 
   const ModelConfig& config() const { return config_; }
   int layer_begin() const { return w_.begin; }
@@ -49,19 +53,23 @@ class Shard {
   bool owns_embedding() const { return w_.has_embed; }
   bool owns_output() const { return w_.has_head; }
 
-  std::unique_ptr<SequenceState> new_sequence() const;
+  // A new empty sequence in this shard's pool (throws when every slot is taken).
+  std::unique_ptr<SequenceState> new_sequence();
+  void init_state(const StatePoolOptions& state);
+  StatePool& pool() const;
 
   // X [n, hc, D] = the embedding of tokens copied into every stream (shard 0 only).
   void embed(const int32_t* tokens, int64_t n, float* X);
-  // Runs this shard's layers over several sequences at once: X [sum n, hc, D] holds their rows
-  // concatenated. Row-wise work (HC, norms, every matmul, RoPE, MoE) runs once over all rows;
-  // what reads or writes a sequence's state (compressors, indexer top-k, attention, the ring)
-  // runs per sequence on its slice, at its own positions n_past... Every sequence's n_past
-  // advances by its n. Everything is checked before any state changes; a sequence may appear
-  // only once.
-  void forward_batch(std::span<const SeqRows> seqs, float* X);
+  // Runs this shard's layers over several sequences at once: X [sum n + pad, hc, D] holds their
+  // rows concatenated, then `pad` padding rows (ops.h StepRows). Row-wise work (HC, norms,
+  // every matmul, RoPE, MoE) runs once over all rows; the state ops (KV store, compressors,
+  // indexer top-k, attention) run once per layer over all rows too, each row reading its own
+  // sequence's pages. Every sequence's n_past advances by its n. Everything is checked, and the
+  // pages reserved, before any state changes (StatePoolFull when the pool lacks them); a
+  // sequence may appear only once.
+  void forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad = 0);
   // The same, checking the handed-over state first (the pipeline's entry point).
-  void forward_batch(std::span<const SeqRows> seqs, const HcState& X);
+  void forward_batch(std::span<const SeqRows> seqs, const HcState& X, int64_t pad = 0);
   // A batch of one sequence (n tokens at positions seq.n_past..).
   void forward(SequenceState& seq, const int32_t* tokens, int64_t n, float* X);
   void forward(SequenceState& seq, const int32_t* tokens, int64_t n, const HcState& X);
@@ -108,7 +116,8 @@ class Shard {
   Numerics numerics_;
   RopeTable rope_main_, rope_compress_;
   LayerObserver observer_;
-  StepGraphs graphs_;  // its graphs name this shard's weights and its sequences' buffers
+  std::unique_ptr<StatePool> pool_;  // before graphs_: the graphs name its buffers
+  StepGraphs graphs_;  // its graphs name this shard's weights, pool and scratch
 };
 
 }  // namespace hs

@@ -18,53 +18,7 @@ uint64_t hash_key(const std::vector<uint64_t>& key) {  // FNV-1a over the words
   return h;
 }
 
-// The counters of every compressor of a sequence (all the host state a decode step changes
-// besides n_past, which the shard advances).
-struct Counters {
-  int buf_n;
-  bool has_prev;
-  int64_t n_entries;
-  bool operator==(const Counters&) const = default;
-};
-
-template <typename F>
-void for_compressors(SequenceState& s, F&& f) {
-  for (LayerState& l : s.layers)
-    for (CompressorState* cs : {&l.comp, &l.index})
-      if (cs->ratio > 0) f(*cs);
-}
-
-std::vector<Counters> counters(std::span<SequenceState* const> seqs) {
-  std::vector<Counters> out;
-  for (SequenceState* s : seqs)
-    for_compressors(*s, [&](CompressorState& cs) { out.push_back({cs.buf_n, cs.has_prev, cs.n_entries}); });
-  return out;
-}
-
-void restore(std::span<SequenceState* const> seqs, const std::vector<Counters>& saved) {
-  size_t i = 0;
-  for (SequenceState* s : seqs)
-    for_compressors(*s, [&](CompressorState& cs) {
-      cs.buf_n = saved[i].buf_n;
-      cs.has_prev = saved[i].has_prev;
-      cs.n_entries = saved[i].n_entries;
-      ++i;
-    });
-}
-
 }  // namespace
-
-void advance_decode_counters(SequenceState& s) {
-  for_compressors(s, [](CompressorState& cs) {
-    if (cs.buf_n + 1 < cs.ratio) {
-      ++cs.buf_n;
-      return;
-    }
-    cs.buf_n = 0;
-    ++cs.n_entries;
-    if (cs.coff == 2) cs.has_prev = true;
-  });
-}
 
 void StepGraphs::set_enabled(bool on) {
   enabled_ = on;
@@ -83,18 +37,11 @@ StepGraphs::Entry* StepGraphs::find(const std::vector<uint64_t>& key, uint64_t h
   return nullptr;
 }
 
-bool StepGraphs::run(const ModelConfig& c, std::span<SequenceState* const> seqs, const int64_t* pos,
-                     const int32_t* tokens, const void* x, const std::function<void()>& layers) {
+bool StepGraphs::run(int64_t rows, const void* x, const std::function<void()>& layers) {
   key_.clear();
-  key_.push_back(seqs.size());
+  key_.push_back(static_cast<uint64_t>(rows));
   key_.push_back(reinterpret_cast<uintptr_t>(x));
-  if (!ops_.prepare_step(c, seqs, key_)) return false;
-  ops_.begin_step(pos, tokens, static_cast<int64_t>(seqs.size()));
-  struct EndStep {
-    Ops& ops;
-    ~EndStep() { ops.end_step(); }
-  } end{ops_};
-
+  if (!ops_.step_key(key_)) return false;
   if (!enabled_ || failed_ || !ops_.can_capture()) {
     layers();
     ++stats_.eager;
@@ -103,7 +50,6 @@ bool StepGraphs::run(const ModelConfig& c, std::span<SequenceState* const> seqs,
   const uint64_t h = hash_key(key_);
   if (Entry* e = find(key_, h)) {
     ops_.replay(*e->graph);
-    for (SequenceState* s : seqs) advance_decode_counters(*s);
     e->last_use = ++clock_;
     ++stats_.replayed;
     return true;
@@ -118,13 +64,11 @@ bool StepGraphs::run(const ModelConfig& c, std::span<SequenceState* const> seqs,
     ++stats_.eager;
     return true;
   }
-  capture(seqs, key_, h, layers);
+  capture(key_, h, layers);
   return true;
 }
 
-void StepGraphs::capture(std::span<SequenceState* const> seqs, std::vector<uint64_t> key, uint64_t hash,
-                         const std::function<void()>& layers) {
-  const std::vector<Counters> before = counters(seqs);
+void StepGraphs::capture(std::vector<uint64_t> key, uint64_t hash, const std::function<void()>& layers) {
   const size_t mark = ops_.mark();
   std::unique_ptr<Ops::Graph> graph;
   try {
@@ -132,11 +76,10 @@ void StepGraphs::capture(std::span<SequenceState* const> seqs, std::vector<uint6
     layers();
     graph = ops_.end_capture();
   } catch (const std::exception& err) {
-    // Nothing ran on the device; only the host counters moved. Put them back and run the step
-    // op by op, and keep this shard op by op: a capture that failed once would fail again.
+    // Nothing ran on the device. Run the step op by op, and keep this shard op by op: a
+    // capture that failed once would fail again.
     ops_.abort_capture();
     ops_.release_to(mark);
-    restore(seqs, before);
     failed_ = true;
     ++stats_.failed;
     std::fprintf(stderr, "hyperstream: capturing a decode step as a CUDA graph failed (%s); this shard decodes op by op\n",
@@ -145,13 +88,6 @@ void StepGraphs::capture(std::span<SequenceState* const> seqs, std::vector<uint6
     ++stats_.eager;
     return;
   }
-  // The replays advance the counters without running the ops: they must move exactly as the
-  // ops just moved them.
-  const std::vector<Counters> after = counters(seqs);
-  restore(seqs, before);
-  for (SequenceState* s : seqs) advance_decode_counters(*s);
-  HS_CHECK(counters(seqs) == after, "internal: a decode step moved the compressor counters differently from "
-                                    "advance_decode_counters; its graph cannot be replayed");
   ops_.replay(*graph);
   ++stats_.captured;
   stats_.nodes = graph->nodes();

@@ -1,20 +1,16 @@
 // One CUDA graph per decode step of a shard (docs/architecture.md, "Decode steps as CUDA
-// graphs"). A decode step (every sequence of the batch has one row) runs in the backend's step
-// mode (ops.h: positions and tokens read from a device step block), so its work depends only
-// on the step's shape. The first time a shape is seen the step runs op by op; the second time
-// it is captured; after that it is replayed, and the host only uploads the step block,
-// launches the graph and advances the sequences' counters the way the ops would have.
-//
-// The shape (the key) is everything a capture bakes in: the batch size, the HC state's
-// address, every state buffer's address and capacity, which compressor windows close, the
-// scratch layout (ops.h prepare_step). A graph is replayed only for an equal key, so a
-// sequence whose buffers moved (a capacity grew, a slot was reused by another sequence) or a
-// step where another window closes gets its own capture, never a stale graph.
+// graphs"). Every op of a step reads the step's rows (positions, tokens, slots) from the
+// backend's device row block and each sequence's page table, so a step's work depends only on
+// its shape: its row count (a decode step is padded to a bucket, Ops::padded_rows), the HC
+// state's address, and what the backend's step_key() adds (the row block's address, the
+// scratch layout, the capacities its grids were sized by). Which sequences are in the step,
+// and where they are, does not matter: one capture serves every step of the same shape.
+// The first time a shape is seen the step runs op by op; the second time it is captured;
+// after that it is replayed.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <vector>
 
 #include "engine/ops.h"
@@ -37,11 +33,10 @@ class StepGraphs {
   // false: steps still run in step mode, op by op (the reference the graphs are tested against).
   void set_enabled(bool on);
   bool enabled() const { return enabled_; }
-  // Runs one decode step of `seqs` (one row each, at positions pos with tokens `tokens`, HC
-  // state at x) whose op-by-op form is `layers` (it must not advance n_past). Returns false,
-  // having done nothing, where the backend has no step mode: the caller runs `layers` itself.
-  bool run(const ModelConfig& c, std::span<SequenceState* const> seqs, const int64_t* pos, const int32_t* tokens,
-           const void* x, const std::function<void()>& layers);
+  // Runs one decode step of `rows` rows (the backend's begin_rows() was called) with the HC
+  // state at x, whose op-by-op form is `layers`. Returns false, having done nothing, where the
+  // backend has no graphs: the caller runs `layers` itself.
+  bool run(int64_t rows, const void* x, const std::function<void()>& layers);
   const StepGraphStats& stats() const { return stats_; }
   void clear();  // drops every graph (the backend's buffers they name are about to go)
 
@@ -52,12 +47,11 @@ class StepGraphs {
     std::unique_ptr<Ops::Graph> graph;
     uint64_t last_use = 0;
   };
-  static constexpr size_t kMaxGraphs = 16;   // per shard: a single sequence needs 3-6
+  static constexpr size_t kMaxGraphs = 16;   // per shard: one per row bucket and capacity
   static constexpr size_t kMaxSeen = 4096;   // shapes remembered as seen once
 
   Entry* find(const std::vector<uint64_t>& key, uint64_t hash);
-  void capture(std::span<SequenceState* const> seqs, std::vector<uint64_t> key, uint64_t hash,
-               const std::function<void()>& layers);
+  void capture(std::vector<uint64_t> key, uint64_t hash, const std::function<void()>& layers);
 
   Ops& ops_;
   bool enabled_ = true;
@@ -68,9 +62,5 @@ class StepGraphs {
   uint64_t clock_ = 0;
   StepGraphStats stats_;
 };
-
-// How the counters of a decode step's compressors move (what compressor_update does to them for
-// one row): the window fills, or closes into one new entry.
-void advance_decode_counters(SequenceState& s);
 
 }  // namespace hs

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/state_rows.h"
 #include "util/thread_pool.h"
 
 namespace hs::cpu {
@@ -73,12 +74,24 @@ void swiglu_clamp(const float* g, const float* u, int64_t n, float limit, float*
 
 // ---- "model numerics" round trips (ds4-model-spec.md §3.4-3.5). All in place.
 void round_bf16(float* x, int64_t n);
+// The power-of-two scale of one block of n values: 2^ceil(log2(max(amax, amax_floor) / qmax)).
+float block_scale(const float* v, int64_t n, float amax_floor, float qmax);
+constexpr float kFp8AmaxFloor = 1e-4f;
+constexpr float kFp4AmaxFloor = 6.0f * 0x1p-126f;
 // Per row (stride apart), per block of `block` among the first `channels`:
-// s = 2^ceil(log2(max(amax, amax_floor) / 448)), v <- e4m3(clamp(v / s)) * s.
-void fp8_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block, float amax_floor = 1e-4f);
+// s = block_scale(block, amax_floor, 448), v <- e4m3(clamp(v / s)) * s.
+void fp8_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block,
+                    float amax_floor = kFp8AmaxFloor);
 // Per block of 32: s = 2^ceil(log2(amax / 6)), v <- e2m1(clamp(v / s)) * s.
 void fp4_round_trip(float* x, int64_t rows, int64_t d, int block = 32);
 // y = H v / sqrt(d) (Sylvester order), d a power of two.
 void hadamard(float* x, int64_t rows, int64_t d);
+
+// ---- state pool rows (kernels/state_rows.h). encode_row stores x [f.d] in form f;
+// decode_row(encode_row(x)) is exactly the form's model-numerics round trip of x: F32 none,
+// Fp8Kv the KV FP8 simulation then BF16 (kv_fp8_sim), Fp4Index Hadamard, BF16, FP4, BF16
+// (indexer_fp4_sim). x is not changed.
+void encode_row(const RowFormat& f, const float* x, uint8_t* row);
+void decode_row(const RowFormat& f, const uint8_t* row, float* x);
 
 }  // namespace hs::cpu

@@ -25,9 +25,15 @@ void round_bf16(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] = hs::round_bf16(x[i]);
 }
 
+float block_scale(const float* v, int64_t n, float amax_floor, float qmax) {
+  float amax = amax_floor;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(v[i]));
+  return pow2_ceil(amax / qmax);
+}
+
 namespace {
 // Per row (stride apart), per block of `block` among the first `channels`: a power-of-two
-// scale s = 2^ceil(log2(max(amax, floor) / qmax)) and v <- code(clamp(v / s, +-qmax)) * s.
+// scale s = block_scale(...) and v <- code(clamp(v / s, +-qmax)) * s.
 template <typename RoundTrip>
 void block_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, int block, float amax_floor,
                       float qmax, RoundTrip round_trip) {
@@ -35,9 +41,7 @@ void block_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, 
     float* v = x + r * stride;
     for (int64_t b = 0; b < channels; b += block) {
       const int64_t e = std::min<int64_t>(channels, b + block);
-      float amax = amax_floor;
-      for (int64_t i = b; i < e; ++i) amax = std::max(amax, std::fabs(v[i]));
-      const float s = pow2_ceil(amax / qmax);
+      const float s = block_scale(v + b, e - b, amax_floor, qmax);
       for (int64_t i = b; i < e; ++i) v[i] = round_trip(std::clamp(v[i] / s, -qmax, qmax)) * s;
     }
   }
@@ -50,7 +54,7 @@ void fp8_round_trip(float* x, int64_t rows, int64_t stride, int64_t channels, in
 }
 
 void fp4_round_trip(float* x, int64_t rows, int64_t d, int block) {
-  block_round_trip(x, rows, d, d, block, 6.0f * 0x1p-126f, 6.0f, [](float v) { return e2m1_to_f32(f32_to_e2m1(v)); });
+  block_round_trip(x, rows, d, d, block, kFp4AmaxFloor, 6.0f, [](float v) { return e2m1_to_f32(f32_to_e2m1(v)); });
 }
 
 void hadamard(float* x, int64_t rows, int64_t d) {

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/cuda/state_rows.cuh"
 
 namespace hs::cuda {
 
@@ -50,12 +51,18 @@ constexpr int kIdxThreads = 256;
 constexpr int kIdxHeadGroups = kIdxThreads / kIdxKeys;
 
 __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const float* q, const float* w, int ih, int64_t id,
-                                                                     const float* keys, int64_t n_entries,
+                                                                     KeySource keys, int64_t n_entries,
                                                                      const int64_t* pos, int ratio, float* score) {
   extern __shared__ float smem[];
   const int64_t t = blockIdx.y;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kIdxKeys;
-  const int64_t nv = n_visible(pos, ratio, t, n_entries);
+  const int32_t* table = nullptr;
+  int64_t nv = n_visible(pos, ratio, t, n_entries);
+  if (keys.table) {  // paged keys of query t's own sequence
+    const int32_t slot = keys.slot[t];
+    if (slot < 0) nv = 0;
+    else table = keys.table + slot * keys.table_ld;
+  }
   float* out = score + t * n_entries;
   if (k0 >= nv) {  // nothing visible in this tile
     for (int i = threadIdx.x; i < kIdxKeys; i += blockDim.x)
@@ -75,7 +82,14 @@ __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const float
   for (int64_t i = threadIdx.x; i < kIdxKeys * id4; i += blockDim.x) {
     const int64_t r = i / id4, c = i - r * id4;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (k0 + r < nv) v = reinterpret_cast<const float4*>(keys + (k0 + r) * id)[c];
+    if (k0 + r < nv) {
+      const int64_t e = k0 + r;
+      const uint8_t* row = table ? static_cast<const uint8_t*>(keys.base) +
+                                       (static_cast<int64_t>(table[e / keys.rows_per_block]) * keys.rows_per_block +
+                                        e % keys.rows_per_block) * keys.fmt.bytes
+                                 : static_cast<const uint8_t*>(keys.base) + e * id * 4;
+      v = table ? decode4(keys.fmt, row, static_cast<int>(c)) : reinterpret_cast<const float4*>(row)[c];
+    }
     *reinterpret_cast<float4*>(ks + r * kstride + 4 * c) = v;
   }
   __syncthreads();
@@ -307,8 +321,14 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnArgs a) {
       if (j0 + r < r_end) {
         const int32_t ri = rl[j0 + r];
         const int pool = ri >> kAttnPoolShift;
-        const float* base = pool == 0 ? a.rows.kv : pool == 1 ? a.rows.kv1 : a.rows.kv2;
-        v = reinterpret_cast<const float4*>(base + static_cast<int64_t>(ri & kAttnRowMask) * hd)[c];
+        const int64_t idx = ri & kAttnRowMask;
+        if (pool == 0) {
+          v = reinterpret_cast<const float4*>(a.rows.kv + idx * hd)[c];
+        } else {
+          const RowFormat& f = pool == 1 ? a.rows.fmt1 : a.rows.fmt2;
+          const uint8_t* base = static_cast<const uint8_t*>(pool == 1 ? a.rows.kv1 : a.rows.kv2);
+          v = decode4(f, base + idx * f.bytes, static_cast<int>(c));
+        }
       }
       *reinterpret_cast<float4*>(ks + r * kstride + 4 * c) = v;
     }
@@ -397,9 +417,11 @@ void compress_pool(DeviceContext& ctx, const float* kv, const float* gate, int s
 }
 
 void indexer_scores(DeviceContext& ctx, const float* q, const float* w, int64_t nq, int ih, int64_t id,
-                    const float* keys, int64_t n_entries, const int64_t* pos, int ratio, float* score) {
+                    const KeySource& keys, int64_t n_entries, const int64_t* pos, int ratio, float* score) {
   if (nq <= 0 || n_entries <= 0) return;
   HS_CHECK(id % 4 == 0 && ih >= 1 && nq <= 65535, "indexer_scores: unsupported shape ih ", ih, " id ", id);
+  HS_CHECK(!keys.table || (keys.slot && keys.fmt.d == id && keys.rows_per_block > 0),
+           "indexer_scores: paged keys need slots and a row form of width ", id);
   HS_CHECK(!pos || ratio >= 1, "indexer_scores: ratio must be >= 1");
   DeviceGuard g(ctx.device());
   const size_t smem = sizeof(float) * static_cast<size_t>(ih * id + kIdxKeys * (id + 4) + ih + kIdxHeadGroups * kIdxKeys);

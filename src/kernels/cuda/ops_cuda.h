@@ -9,6 +9,7 @@
 
 #include "format/ggml_types.h"
 #include "kernels/cuda/device_context.h"
+#include "kernels/state_rows.h"
 
 namespace hs::cuda {
 
@@ -142,12 +143,23 @@ void hc_head(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, f
 void compress_pool(DeviceContext& ctx, const float* kv, const float* gate, int slots, int64_t d, int64_t n_entries,
                    float* out);
 
+// Where the indexer keys are: contiguous F32 rows [n_entries, id] (table null), or a pool's
+// paged rows, query t reading the pages of its own sequence (table + slot[t] * table_ld;
+// slot[t] < 0: a padding query, nothing visible).
+struct KeySource {
+  const void* base = nullptr;
+  RowFormat fmt;                    // fmt.d == id
+  int32_t rows_per_block = 0;
+  const int32_t* table = nullptr;
+  int64_t table_ld = 0;
+  const int32_t* slot = nullptr;
+};
 // Lightning-indexer scores for nq queries: q [nq, ih, id], w [nq, ih], keys [n_entries, id];
 // score [nq, n_entries] = sum_h w[h] * relu(q_h . k_i) * id^-0.5 for i < n_visible(t),
 // -inf beyond, where n_visible(t) = (pos[t] + 1) / ratio (pos: int64 [nq]; pos == nullptr:
-// every entry visible).
+// every entry visible), at most n_entries.
 void indexer_scores(DeviceContext& ctx, const float* q, const float* w, int64_t nq, int ih, int64_t id,
-                    const float* keys, int64_t n_entries, const int64_t* pos, int ratio, float* score);
+                    const KeySource& keys, int64_t n_entries, const int64_t* pos, int ratio, float* score);
 // Per row t of score [nq, ld]: indices of the top-min(k, n_visible(t)) among the first
 // n_visible(t) entries, descending score, ties to the lower index (cpu::topk_indices);
 // out [nq, k] int32, padded with -1. n_visible as in indexer_scores (pos == nullptr: ld).
@@ -166,11 +178,13 @@ struct AttnRows {
   const int32_t* rows = nullptr;
   const int32_t* n_rows = nullptr;
   int64_t rows_ld = 0;
-  // Rows may come from up to three pools (the engine's ring, this chunk, the compressed
-  // entries) without copying them together: row index r names row r & kAttnRowMask of
-  // pool r >> kAttnPoolShift (0: kv, 1: kv1, 2: kv2).
-  const float* kv1 = nullptr;
-  const float* kv2 = nullptr;
+  // Rows may come from up to three pools (this step's kv rows, a pool's SWA pages, its
+  // compressed entries) without copying them together: row index r names row r & kAttnRowMask
+  // of pool r >> kAttnPoolShift (0: kv, F32; 1: kv1, 2: kv2, in their row forms).
+  const void* kv1 = nullptr;
+  RowFormat fmt1;
+  const void* kv2 = nullptr;
+  RowFormat fmt2;
 };
 constexpr int kAttnPoolShift = 28;
 constexpr int32_t kAttnRowMask = (1 << kAttnPoolShift) - 1;

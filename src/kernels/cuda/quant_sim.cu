@@ -17,16 +17,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-// Max over the warp; no lane holds a NaN (amax_step drops them), so the order does not matter.
-__device__ __forceinline__ float warp_amax(float m) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float t = __shfl_xor_sync(kFullMask, m, o);
-    m = m < t ? t : m;
-  }
-  return m;
-}
-
 unsigned warp_grid(int64_t warps) { return grid_for(warps, kWarpsPerBlock); }
 
 __global__ void round_bf16_kernel(float* x, int64_t n) {

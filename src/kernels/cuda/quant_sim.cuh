@@ -58,24 +58,42 @@ __device__ __forceinline__ float e4m3_round_trip(float v) {
   return copysignf(q, v);
 }
 
-// e2m1_to_f32(f32_to_e2m1(v)): the same candidate scan as util/fp.h (nearest magnitude of
-// {0, .5, 1, 1.5, 2, 3, 4, 6}, ties to the even code); a negative v that rounds to 0 gives +0
-// (code 0), and NaN gives +0 as well.
-__device__ __forceinline__ float e2m1_round_trip(float v) {
-  const float a = fabsf(v);
+// The E2M1 magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} by index.
+__device__ __forceinline__ float e2m1_mag(int i) {
+  return i < 4 ? 0.5f * static_cast<float>(i) : (i == 4 ? 2.0f : i == 5 ? 3.0f : i == 6 ? 4.0f : 6.0f);
+}
+// The index of the nearest magnitude to a = |v| (util/fp.h's candidate scan: ties to the even
+// index; NaN gives 0).
+__device__ __forceinline__ int e2m1_nearest(float a) {
   int best = 0;
-  float bm = 0.0f, bd = a;
+  float bd = a;
 #pragma unroll
   for (int i = 1; i < 8; ++i) {
-    const float m = i < 4 ? 0.5f * static_cast<float>(i) : (i == 4 ? 2.0f : i == 5 ? 3.0f : i == 6 ? 4.0f : 6.0f);
-    const float d = fabsf(__fsub_rn(a, m));
+    const float d = fabsf(__fsub_rn(a, e2m1_mag(i)));
     if (d < bd || (d == bd && (i & 1) == 0)) {
       bd = d;
       best = i;
-      bm = m;
     }
   }
+  return best;
+}
+
+// e2m1_to_f32(f32_to_e2m1(v)): a negative v that rounds to 0 gives +0 (code 0), and NaN gives
+// +0 as well.
+__device__ __forceinline__ float e2m1_round_trip(float v) {
+  const int best = e2m1_nearest(fabsf(v));
+  const float bm = e2m1_mag(best);
   return (signbit(v) && best != 0) ? -bm : bm;
+}
+
+// Max over a warp of values that hold no NaN (amax_step drops them), so the order does not matter.
+__device__ __forceinline__ float warp_amax(float m) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float t = __shfl_xor_sync(0xffffffffu, m, o);
+    m = m < t ? t : m;
+  }
+  return m;
 }
 
 // One element of a block round trip with scale s (cpu::fp8_round_trip / fp4_round_trip):
