@@ -113,6 +113,9 @@ TEST_P(StateOps, CudaMatchesCpuOverRaggedSteps) {
       for (float& x : iw[l].norm) x += 1.0f;
     }
   }
+  // Weights live as long as the pools (the CUDA backend keeps a device copy per host vector).
+  std::vector<std::vector<float>> layer_sinks;
+  for (int l = L0; l < L1; ++l) layer_sinks.push_back(randv(static_cast<size_t>(H), 140 + l, 2.0f));
   double worst_attn = 0, worst_entry = 0;
   int64_t code_diffs = 0, codes = 0, set_bad = 0, order_diffs = 0, kv_bad = 0, ring_bad = 0;
   for (size_t st = 0; st < plan.size(); ++st) {
@@ -162,14 +165,19 @@ TEST_P(StateOps, CudaMatchesCpuOverRaggedSteps) {
         s->ops->kv_store(*s->pool, li, put(*s->ops, kv));
         s->ops->release_to(m);
       }
+      // (Only the rows this step wrote: the rest of a block is whatever the allocation held.)
       const size_t kv_bytes = static_cast<size_t>(lay.swa_blocks * lay.page * cs.kv.fmt.bytes);
       const std::vector<uint8_t> kc = fetch(*cpu.ops, cs.kv.base, kv_bytes), kg = fetch(*gpu.ops, gs.kv.base, kv_bytes);
       for (int i = 0; i < 3; ++i)
-        for (int64_t j = 0; j < static_cast<int64_t>(cpu.seqs[i]->swa_pages().size()); ++j) {
-          const int32_t b = cpu.seqs[i]->swa_pages()[static_cast<size_t>(j)];
+        for (int64_t q = cpu.seqs[i]->n_past(); q < cpu.seqs[i]->n_past() + p.n[i]; ++q) {
+          const int32_t b = cpu.seqs[i]->swa_pages()[static_cast<size_t>(q / lay.page)];
           if (b < 0) continue;
-          const size_t at = static_cast<size_t>(b) * lay.page * cs.kv.fmt.bytes;
-          kv_bad += std::memcmp(kc.data() + at, kg.data() + at, static_cast<size_t>(lay.page) * cs.kv.fmt.bytes) != 0;
+          // Decoded (a packed row's tail past its last scale byte is padding nobody writes).
+          const size_t at = (static_cast<size_t>(b) * lay.page + q % lay.page) * cs.kv.fmt.bytes;
+          std::vector<float> rc(static_cast<size_t>(hd)), rg(rc.size());
+          cpu::decode_row(cs.kv.fmt, kc.data() + at, rc.data());
+          cpu::decode_row(cs.kv.fmt, kg.data() + at, rg.data());
+          kv_bad += std::memcmp(rc.data(), rg.data(), rc.size() * 4) != 0;
         }
       // compressors (main, then the indexer's on CSA layers)
       for (const bool idx : {false, true}) {
@@ -207,13 +215,21 @@ TEST_P(StateOps, CudaMatchesCpuOverRaggedSteps) {
           }
         }
         if (den2 > 0) worst_entry = std::max(worst_entry, std::sqrt(num2 / den2));
-        // The slots' raw rows: copies of the inputs, exact.
+        // The slots' raw rows this step wrote (the latest `ring` positions of each sequence):
+        // copies of the inputs, exact.
         float* rkc = idx ? cs.iring_kv : cs.ring_kv;
         float* rkg = idx ? gs.iring_kv : gs.ring_kv;
-        const int64_t ring_floats = static_cast<int64_t>(lay.slots) * lay.layers[static_cast<size_t>(li)].ring * co * d;
+        const int ring = lay.layers[static_cast<size_t>(li)].ring;
+        const int64_t ring_floats = static_cast<int64_t>(lay.slots) * ring * co * d;
         const std::vector<uint8_t> rc = fetch(*cpu.ops, rkc, static_cast<size_t>(ring_floats) * 4),
                                    rg = fetch(*gpu.ops, rkg, static_cast<size_t>(ring_floats) * 4);
-        ring_bad += rc != rg;
+        for (int i = 0; i < 3; ++i) {
+          const int64_t end = cpu.seqs[i]->n_past() + p.n[i];
+          for (int64_t q = std::max<int64_t>(cpu.seqs[i]->n_past(), end - ring); q < end; ++q) {
+            const size_t at = ((static_cast<size_t>(cpu.seqs[i]->slot()) * ring + q % ring) * co * d) * 4;
+            ring_bad += std::memcmp(rc.data() + at, rg.data() + at, static_cast<size_t>(co * d) * 4) != 0;
+          }
+        }
         // The GPU pool takes the CPU's entries, so the next ops start from the same state.
         gpu.ops->upload(reinterpret_cast<float*>(pg.base), reinterpret_cast<const float*>(ec.data()),
                         static_cast<int64_t>(bytes / 4));
@@ -246,7 +262,7 @@ TEST_P(StateOps, CudaMatchesCpuOverRaggedSteps) {
       }
       // attention
       const std::vector<float> q = randv(static_cast<size_t>(n * Hq), seed + 9);
-      const std::vector<float> sinks = randv(static_cast<size_t>(H), seed + 10, 2.0f);
+      const std::vector<float>& sinks = layer_sinks[static_cast<size_t>(l)];
       std::vector<float> out_c(static_cast<size_t>(n * Hq)), out_g(out_c.size());
       {
         float* o = cpu.ops->alloc(n * Hq);

@@ -94,6 +94,7 @@ int cmd_bench(const Args& args) {
   int64_t longest = 64;
   for (int pp : pps) longest = std::max<int64_t>(longest, pp);
   for (int d : depths) longest = std::max<int64_t>(longest, d + tg + 8);
+  if (!batches.empty()) longest = std::max<int64_t>(longest, 16 + tg + 8);  // a 16-token prompt, 4 warm-up steps
   opts.max_context = std::max<int64_t>(opts.max_context, longest);
 
   const auto t_load = Clock::now();
