@@ -80,6 +80,14 @@ int cmd_serve(const Args& args) {
       {"http-threads", true, "HTTP worker threads; each open stream holds one (default: max(64, 4 x max-seqs))", "N"},
       {"default-thinking", false, "thinking mode for requests that do not choose (default: chat mode)"},
       {"shutdown-timeout", true, "seconds running requests get to finish on SIGTERM/SIGINT (default 30)", "S"},
+      {"model-alias", true, "another id the model answers to, listed by /v1/models (repeatable)", "NAME"},
+      {"strict-model-name", false, "refuse (404) a request naming a model other than --model-name or an alias "
+                                   "(default: any name is accepted and answered with the served id)"},
+      {"clamp-max-tokens", false, "shrink max_tokens to the room the context leaves instead of refusing the request"},
+      {"keepalive", true, "seconds of silence (a long prefill) after which a stream gets a keep-alive event: "
+                          "Anthropic ping, an empty chat chunk, a Responses keepalive (default 10; 0: none)", "S"},
+      {"response-store", true, "responses of /v1/responses kept in memory for GET and previous_response_id "
+                               "(default 256; 0: none)", "N"},
   };
   for (auto& s : synthetic_option_specs()) specs.push_back(s);
   for (auto& s : model_option_specs()) specs.push_back(s);
@@ -116,6 +124,22 @@ int cmd_serve(const Args& args) {
   const double grace_s = a.get_double("shutdown-timeout", 30);
   HS_CHECK(grace_s >= 0, "--shutdown-timeout must be at least 0");
 
+  // The API options, checked before the model loads.
+  server::ServiceConfig cfg;
+  cfg.default_thinking = a.has("default-thinking");
+  cfg.model_aliases = a.get_all("model-alias");
+  for (const auto& alias : cfg.model_aliases) HS_CHECK(!alias.empty(), "--model-alias must not be empty");
+  cfg.strict_model_name = a.has("strict-model-name");
+  cfg.clamp_max_tokens = a.has("clamp-max-tokens");
+  const double keepalive_s = a.get_double("keepalive", 10);
+  HS_CHECK(keepalive_s >= 0 && keepalive_s <= 3600, "--keepalive must be between 0 and 3600 seconds, got ", keepalive_s);
+  cfg.keepalive = std::chrono::milliseconds(static_cast<int64_t>(keepalive_s * 1000));
+  const long long store = a.get_int("response-store", 256);
+  HS_CHECK(store >= 0 && store <= 1000000, "--response-store must be between 0 and 1000000, got ", store);
+  cfg.stored_responses = static_cast<size_t>(store);
+  cfg.forced_output = a.get("test-force-output");
+  cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
+
   server::Metrics metrics;
   server::HttpServer srv(http, metrics);
   const int port = srv.start();
@@ -124,12 +148,8 @@ int cmd_serve(const Args& args) {
   const server::LoadedModel model = server::load_model(model_spec);
   const SchedulerOptions sched_opts = scheduler_options_from(a, *model.engine, max_seqs);
   Scheduler scheduler(*model.engine, sched_opts);
-  server::ServiceConfig cfg;
   cfg.model_name = model.name;
   cfg.variant = model.variant;
-  cfg.default_thinking = a.has("default-thinking");
-  cfg.forced_output = a.get("test-force-output");
-  cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
   server::Service service(scheduler, *model.tokenizer, cfg, &metrics);
   srv.set_service(&service);
   std::fprintf(stderr, "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d, sampling on %s\n",

@@ -30,6 +30,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kForceOutputHeader = "X-HS-Test-Force-Output";
 constexpr const char* kFailAfterHeader = "X-HS-Test-Engine-Fail-After";
+constexpr const char* kHoldPrefillHeader = "X-HS-Test-Hold-Prefill-Ms";
 
 struct Route {
   const char* method;
@@ -207,6 +208,12 @@ struct HttpServer::Impl {
       const ojson v = ojson::parse(req.get_header_value(kFailAfterHeader), nullptr, false);
       if (!v.is_number_unsigned()) throw ApiError(400, cat(kFailAfterHeader, " must be an integer >= 0"));
       info.fail_after = static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
+    }
+    if (req.has_header(kHoldPrefillHeader)) {
+      const ojson v = ojson::parse(req.get_header_value(kHoldPrefillHeader), nullptr, false);
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > 600000)
+        throw ApiError(400, cat(kHoldPrefillHeader, " must be an integer from 0 to 600000"));
+      info.hold_prefill_ms = v.get<int64_t>();
     }
     return info;
   }
@@ -425,11 +432,13 @@ void HttpServer::Impl::routes() {
     res.set_content(metrics.render(v), "text/plain; version=0.0.4; charset=utf-8");
   });
   svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    api(req, res, [](Service& s, const RequestInfo&) { return openai_models(s); });
+    const bool anthropic = req.has_header("anthropic-version");
+    api(req, res, [anthropic](Service& s, const RequestInfo&) { return openai_models(s, anthropic); });
   });
   svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];
-    api(req, res, [&id](Service& s, const RequestInfo&) { return openai_model(s, id); });
+    const bool anthropic = req.has_header("anthropic-version");
+    api(req, res, [&id, anthropic](Service& s, const RequestInfo&) { return openai_model(s, id, anthropic); });
   });
   auto post = [this](const char* path, Reply (*fn)(Service&, const std::string&, const RequestInfo&)) {
     svr.Post(path, [this, fn](const httplib::Request& req, httplib::Response& res) {
