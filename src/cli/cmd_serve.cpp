@@ -97,6 +97,10 @@ int cmd_serve(const Args& args) {
   specs.push_back({"test-force-output", true, "test only", "TEXT"});
   // Test-only: honour the X-HS-Test-* request headers (forced output, forced engine failure).
   specs.push_back({"test-hooks", false, "test only"});
+  // Test-only: forced outputs chosen by the prompt's last user turn (server/forced_script.h).
+  specs.push_back({"test-force-script", true, "test only", "FILE"});
+  // Test-only: with forced output only the prompt's last N tokens are prefilled (GenerationSpec::prefill_tail).
+  specs.push_back({"test-prefill-tail", true, "test only", "N"});
   ParsedArgs a("serve", args, specs);
   if (a.help()) {
     print_help("serve", "[MODEL | --synthetic PRESET [--layers N] [--quant MIX]] [options]",
@@ -138,6 +142,10 @@ int cmd_serve(const Args& args) {
   HS_CHECK(store >= 0 && store <= 1000000, "--response-store must be between 0 and 1000000, got ", store);
   cfg.stored_responses = static_cast<size_t>(store);
   cfg.forced_output = a.get("test-force-output");
+  if (auto script = a.get("test-force-script")) cfg.forced_script = server::load_forced_script(*script);
+  const long long tail = a.get_int("test-prefill-tail", 0);
+  HS_CHECK(tail >= 0, "--test-prefill-tail must be at least 0, got ", tail);
+  cfg.test_prefill_tail = static_cast<size_t>(tail);
   cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
 
   server::Metrics metrics;

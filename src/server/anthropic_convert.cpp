@@ -13,35 +13,16 @@ namespace {
 
 bool is_media(const std::string& type) { return type == "image" || type == "document"; }
 
-// DS4-Flash reads text only: an image or document block becomes the placeholder the OpenAI route
-// gives other content parts ("[Unsupported image]", chat.cpp), and the log says so.
-std::string media_placeholder(const std::string& type, const std::string& where) {
-  log_warn(where, ": a block of type '", type, "' was replaced by the text \"[Unsupported ", type,
-           "]\" (the model reads text only)");
-  return "[Unsupported " + type + "]";
-}
-
 // The text of a string or an array of text blocks (`what` names it in errors); with `media`,
 // image and document blocks become placeholders.
 std::string text_of(const ojson& v, const std::string& what, const char* joiner, bool media = false) {
-  if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) bad_request("messages", what, " must be a string or an array of text blocks, got ", describe_type(v));
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const ojson& b = v[i];
-    const std::string where = cat(what, "[", i, "]");
-    if (i) out += joiner;
-    if (media && b.is_object() && b.contains("type") && b["type"].is_string() && is_media(b["type"].get<std::string>())) {
-      out += media_placeholder(b["type"].get<std::string>(), where);
-      continue;
-    }
-    if (!b.is_object() || !b.contains("type") || b["type"] != "text")
-      bad_request("messages", where, " must be a text block ({\"type\": \"text\", \"text\": ...})");
+  return content_parts_text(v, "messages", what, joiner, [&](const ojson& b, const std::string& where, const std::string& type) {
+    if (media && is_media(type)) return media_placeholder(type, where);
+    if (type != "text") bad_request("messages", where, " must be a text block ({\"type\": \"text\", \"text\": ...})");
     const ojson* t = field(b, "text");
     if (!t || !t->is_string()) bad_request("messages", where, ".text must be a string");
-    out += t->get<std::string>();
-  }
-  return out;
+    return t->get<std::string>();
+  });
 }
 
 const ojson& block_field(const ojson& b, const char* key, const std::string& where, bool (ojson::*is)() const noexcept,
@@ -124,12 +105,8 @@ void convert_assistant(const ojson& content, const std::string& where, bool last
 
 ojson convert_tools(const ojson* tools) {
   if (!tools) return nullptr;
-  if (!tools->is_array()) bad_request("tools", "'tools' must be an array, got ", describe_type(*tools));
   ojson out = ojson::array();
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const ojson& t = (*tools)[i];
-    const std::string where = cat("tools[", i, "]");
-    if (!t.is_object()) bad_request("tools", where, " must be an object, got ", describe_type(t));
+  for_each_tool(*tools, [&](const ojson& t, const std::string& where) {
     if (auto type = opt_string(t, "type"); type && *type != "custom")
       bad_request("tools", where, ": tools of type '", *type, "' are not supported (only client tools)");
     auto name = opt_string(t, "name");
@@ -145,7 +122,7 @@ ojson convert_tools(const ojson* tools) {
     if (auto d = opt_string(t, "description")) fn["description"] = *d;
     fn["parameters"] = *schema;
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
+  });
   return out;
 }
 

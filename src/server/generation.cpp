@@ -40,6 +40,8 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
   const int32_t eos = tokenizer.special_ids().eos;
   GenerationRequest req;
   req.prompt = g->spec_.prompt;
+  if (const size_t tail = g->spec_.prefill_tail; g->spec_.forced && tail > 0 && req.prompt.size() > tail)
+    req.prompt.erase(req.prompt.begin(), req.prompt.end() - static_cast<std::ptrdiff_t>(tail));
   req.max_tokens = g->spec_.max_tokens;
   req.sampling = g->spec_.sampling;
   if (!g->spec_.logprobs) req.sampling.top_logprobs = 0;

@@ -46,6 +46,10 @@ struct GenerationSpec {
   // Test-only: the request reaches the scheduler only this long after start(), as if its
   // prefill took that long (keep-alive tests). Taken in by next(), so someone must call it.
   std::chrono::milliseconds hold_prefill{0};
+  // Test-only: with forced output, only the prompt's last N tokens go through the engine (> 0).
+  // The answer does not depend on them, and the agent-CLI tests' 30K-token prompts would
+  // otherwise take minutes to prefill on the CPU. Usage still counts the whole prompt.
+  size_t prefill_tail = 0;
 };
 
 struct TokenInfo {

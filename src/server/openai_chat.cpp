@@ -18,14 +18,7 @@ namespace {
 // {"thinking": {"type": "enabled"|"disabled"}}, else reasoning_effort ("none": off), else the default.
 void resolve_thinking(const ojson& req, const Service& svc, ChatInput& in) {
   in.thinking = svc.config().default_thinking;
-  if (auto e = opt_string(req, "reasoning_effort")) {
-    if (auto m = map_reasoning_effort(*e, svc.config().variant)) {
-      in.thinking = !m->chat_mode;
-      in.effort = m->effort;
-    } else {
-      in.thinking = true;  // a level this checkpoint has no text for: thinking, default effort
-    }
-  }
+  if (auto e = opt_string(req, "reasoning_effort")) apply_reasoning_effort(*e, in);
   if (const ojson* th = opt_object(req, "thinking")) {
     const auto type = opt_string(*th, "type");
     if (type != "enabled" && type != "disabled")

@@ -8,7 +8,12 @@
 namespace hs::server {
 
 Service::Service(Scheduler& scheduler, const Tokenizer& tokenizer, ServiceConfig config, Metrics* metrics)
-    : scheduler_(scheduler), tok_(tokenizer), cfg_(std::move(config)), metrics_(metrics), rng_(std::random_device{}()) {}
+    : scheduler_(scheduler),
+      tok_(tokenizer),
+      cfg_(std::move(config)),
+      metrics_(metrics),
+      responses_(cfg_.stored_responses, cfg_.stored_bytes),
+      rng_(std::random_device{}()) {}
 
 bool Service::serves(const std::string& id) const {
   return id == cfg_.model_name || std::find(cfg_.model_aliases.begin(), cfg_.model_aliases.end(), id) != cfg_.model_aliases.end();
@@ -35,8 +40,15 @@ uint64_t Service::new_seed() {
 
 void Service::apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) const {
   // The forced text is model output: its DSML and think tags are meant as tokens.
+  const ForcedRule* rule = nullptr;
+  if (!(cfg_.test_hooks && info.force_output) && !cfg_.forced_script.empty()) {
+    rule = match_forced_rule(cfg_.forced_script, tok_.decode(spec.prompt));
+    log_info("test script: ", rule ? "forcing \"" + rule->output.substr(0, 60) + "\"" : "no rule matches; sampling");
+  }
   if (cfg_.test_hooks && info.force_output) spec.forced = tok_.encode(*info.force_output);
+  else if (rule) spec.forced = tok_.encode(rule->output);
   else if (cfg_.forced_output) spec.forced = tok_.encode(*cfg_.forced_output);
+  if (spec.forced) spec.prefill_tail = cfg_.test_prefill_tail;
   if (cfg_.test_hooks && info.fail_after) spec.fail_after = *info.fail_after;
   if (cfg_.test_hooks && info.hold_prefill_ms) spec.hold_prefill = std::chrono::milliseconds(*info.hold_prefill_ms);
 }

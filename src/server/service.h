@@ -13,8 +13,10 @@
 
 #include "engine/scheduler.h"
 #include "server/api_error.h"
+#include "server/forced_script.h"
 #include "server/generation.h"
 #include "server/reply.h"
+#include "server/response_store.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 
@@ -38,10 +40,14 @@ struct ServiceConfig {
   // serve --keepalive S: a stream silent this long gets its API's keep-alive event; 0: none.
   std::chrono::milliseconds keepalive{10000};
   size_t stored_responses = 256;  // serve --response-store N: /v1/responses kept for GET / previous_response_id
+  size_t stored_bytes = size_t{256} << 20;  // and at most this much of them (JSON bytes)
   ChatVariant variant = ChatVariant::v4;
   bool default_thinking = false;  // thinking mode when a request does not say
   // Test-only (serve --test-force-output): every generation's output is forced to this text.
   std::optional<std::string> forced_output;
+  // Test-only (serve --test-force-script): the forced output chosen by the prompt's last turn.
+  std::vector<ForcedRule> forced_script;
+  size_t test_prefill_tail = 0;  // test-only (serve --test-prefill-tail N): GenerationSpec::prefill_tail
   // Test-only (serve --test-hooks, implied by --test-force-output): the X-HS-Test-* request
   // headers are honoured (RequestInfo).
   bool test_hooks = false;
@@ -55,6 +61,7 @@ class Service {
   const Tokenizer& tokenizer() const { return tok_; }
   const ServiceConfig& config() const { return cfg_; }
   int64_t ctx_size() const { return scheduler_.options().ctx_size; }
+  ResponseStore& responses() { return responses_; }
 
   // With strict_model_name, 404 when the request names a model other than the served one or
   // an alias (absent is fine); otherwise any name is accepted.
@@ -78,6 +85,7 @@ class Service {
   const Tokenizer& tok_;
   ServiceConfig cfg_;
   Metrics* metrics_;
+  ResponseStore responses_;
   std::mutex mu_;
   std::mt19937_64 rng_;
 };
