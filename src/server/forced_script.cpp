@@ -27,6 +27,11 @@ std::vector<ForcedRule> load_forced_script(const std::string& path) {
       HS_CHECK(r["when"].is_string(), "--test-force-script ", path, ": rule ", i, ": \"when\" must be a string");
       rule.when = r["when"].get<std::string>();
     }
+    if (r.contains("hold_ms")) {
+      HS_CHECK(r["hold_ms"].is_number_unsigned() && r["hold_ms"].get<uint64_t>() <= 600000, "--test-force-script ", path,
+               ": rule ", i, ": \"hold_ms\" must be an integer from 0 to 600000");
+      rule.hold_ms = r["hold_ms"].get<int64_t>();
+    }
     rules.push_back(std::move(rule));
   }
   return rules;

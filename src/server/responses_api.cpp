@@ -87,8 +87,8 @@ class ResponseStreamWriter : public ResponseWriter {
   ResponseStreamWriter(Service& svc, ResponseMeta meta) : svc_(svc), m_(std::move(meta)), out_(svc) {}
   std::string begin() override {
     const ojson r = response_object(m_, ojson::array(), nullptr);
-    return out_.event({{"type", "response.created"}, {"response", r}}) +
-           out_.event({{"type", "response.in_progress"}, {"response", r}});
+    std::string out = out_.event({{"type", "response.created"}, {"response", r}});
+    return out + out_.event({{"type", "response.in_progress"}, {"response", r}});
   }
   std::string on_batch(const GenBatch& b) override {
     std::string bytes = out_.feed(b);

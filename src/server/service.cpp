@@ -50,6 +50,7 @@ void Service::apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) co
   else if (cfg_.forced_output) spec.forced = tok_.encode(*cfg_.forced_output);
   if (spec.forced) spec.prefill_tail = cfg_.test_prefill_tail;
   if (cfg_.test_hooks && info.fail_after) spec.fail_after = *info.fail_after;
+  if (rule && rule->hold_ms > 0) spec.hold_prefill = std::chrono::milliseconds(rule->hold_ms);
   if (cfg_.test_hooks && info.hold_prefill_ms) spec.hold_prefill = std::chrono::milliseconds(*info.hold_prefill_ms);
 }
 
