@@ -72,7 +72,14 @@ class Conversation {
     if (role != "user" && role != "system" && role != "developer")
       bad_request("input", where, ".role must be \"user\", \"assistant\", \"system\" or \"developer\", got \"", role, "\"");
     flush();
-    messages_.push_back({{"role", role == "developer" ? "system" : role}, {"content", text}});  // developer: as on chat
+    const std::string as = role == "developer" ? "system" : role;  // developer: as on the chat route
+    // Consecutive system texts (instructions, then Codex's developer messages) are one system
+    // prompt, joined as Anthropic's system blocks are: DeepSeek's template would run them together.
+    if (as == "system" && !messages_.empty() && messages_.back()["role"] == "system") {
+      messages_.back()["content"] = messages_.back()["content"].get<std::string>() + "\n\n" + text;
+      return;
+    }
+    messages_.push_back({{"role", as}, {"content", text}});
   }
 
   void function_call(const ojson& item, const std::string& where) {
