@@ -25,7 +25,7 @@ SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engin
 std::vector<OptionSpec> model_option_specs() {
   std::vector<OptionSpec> specs = {
       {"tokenizer", true, "tokenizer: a GGUF, a tokenizer.json, or a directory holding one (default: the model's)", "PATH"},
-      {"model-name", true, "the model id clients send (default: the file or directory name; built-in: hyperstream-builtin)", "NAME"},
+      {"model-name", true, "the served model id, in every answer (default: the file or directory name; built-in: hyperstream-builtin)", "NAME"},
       {"chat-variant", true, "reasoning-effort table: v4 or v4-0731 (default: v4-0731 when the name has 0731)", "V"},
       {"ctx-size", true, "tokens per sequence, prompt + output (default: the model's, at most 4096)", "N"},
       {"prefill-chunk", true, "prompt tokens per sequence per step (default 256)", "N"},
@@ -105,8 +105,8 @@ int cmd_serve(const Args& args) {
   if (a.help()) {
     print_help("serve", "[MODEL | --synthetic PRESET [--layers N] [--quant MIX]] [options]",
                "Serve MODEL (a GGUF or a Hugging Face directory; none: the built-in synthetic model) over HTTP:\n"
-               "OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic /v1/messages(/count_tokens);\n"
-               "/tokenize, /detokenize, /health, /metrics. See docs/server.md.\n"
+               "OpenAI /v1/chat/completions, /v1/completions, /v1/responses(/{id}), /v1/models; Anthropic\n"
+               "/v1/messages(/count_tokens); /tokenize, /detokenize, /health, /metrics. See docs/server.md.\n"
                "--synthetic serves random weights of a preset's real shapes (on a GPU made in device memory) with\n"
                "the built-in tokenizer, as model synthetic-PRESET-<layers>L-MIX: for throughput measurements\n"
                "without a model file (scripts/bench_serve.sh).",

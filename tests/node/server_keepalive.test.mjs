@@ -7,6 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { Agent, Runner, OpenAIProvider, setTracingDisabled } from '@openai/agents';
 
 import { startServer, forceHeader, parseSse, MODEL } from './_server.mjs';
 
@@ -104,9 +105,11 @@ test('the SDK clients with an idle watchdog survive a long prefill, and would no
   const clients = (url, gaps) => ({
     openai: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0, fetch: watchdogFetch(IDLE_MS, gaps) }),
     anthropic: new Anthropic({ baseURL: url, apiKey: 'x', maxRetries: 0, fetch: watchdogFetch(IDLE_MS, gaps) }),
+    agents: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0, fetch: watchdogFetch(IDLE_MS, gaps), defaultHeaders: hooks('Hello!') }),
   });
   const runAll = (c) => {
     const headers = hooks('Hello!');
+    setTracingDisabled(true);
     return [
       (async () => {
         let text = '';
@@ -115,13 +118,22 @@ test('the SDK clients with an idle watchdog survive a long prefill, and would no
       })(),
       c.anthropic.messages.stream({ ...REQUESTS.messages[1] }, { headers }).finalMessage().then((m) => m.content[0].text),
       c.openai.responses.stream({ model: MODEL, input: 'hi' }, { headers }).finalResponse().then((r) => r.output_text),
+      (async () => {  // the Agents SDK, streaming (its default Responses API)
+        const runner = new Runner({ modelProvider: new OpenAIProvider({ openAIClient: c.agents }) });
+        const s = await runner.run(new Agent({ name: 'A', instructions: 'Greet.', model: MODEL }), 'hi', { stream: true });
+        for await (const _ of s) {
+          // drain
+        }
+        await s.completed;
+        return s.finalOutput;
+      })(),
     ];
   };
   const gaps = [];
-  assert.deepEqual(await Promise.all(runAll(clients(server.url, gaps))), ['Hello!', 'Hello!', 'Hello!']);
+  assert.deepEqual(await Promise.all(runAll(clients(server.url, gaps))), ['Hello!', 'Hello!', 'Hello!', 'Hello!']);
   assert.ok(Math.max(...gaps) < IDLE_MS, `largest gap ${Math.max(...gaps)} ms`);
   const quietGaps = [];
   const settled = await Promise.allSettled(runAll(clients(quiet.url, quietGaps)));
-  assert.deepEqual(settled.map((s) => s.status), ['rejected', 'rejected', 'rejected']);
+  assert.deepEqual(settled.map((s) => s.status), ['rejected', 'rejected', 'rejected', 'rejected']);
   for (const s of settled) assert.match(String(s.reason?.cause?.message ?? s.reason?.message ?? s.reason), new RegExp(`no bytes for ${IDLE_MS} ms`));
 });
