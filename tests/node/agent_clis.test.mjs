@@ -126,8 +126,8 @@ test('without keep-alives Claude Code abandons the silent stream and prefills ag
   }
 });
 
-test('Codex CLI (exec, Responses API) runs a shell command and answers; unsupported tools are left out', { skip }, async () => {
-  const s = setup('codex', { hold: 4000 });
+test('Codex CLI (exec, Responses API) thinks, runs a shell command and answers; unsupported tools are left out', { skip }, async () => {
+  const s = setup('codex', { hold: 4000, think: true });
   try {
     const codexHome = path.join(s.home, '.codex');
     fs.mkdirSync(codexHome);
@@ -158,7 +158,8 @@ trace_exporter = "none"
     const r = await runCli(s, {
       serverArgs: serverArgs(s.script('exec_command', { cmd: 'cat notes.txt' }), ['--keepalive', '0.5']),
       command: bin('.bin/codex'),
-      args: ['exec', '--skip-git-repo-check', TASK],
+      // With an effort the answers start in reasoning: reasoning items go out and come back.
+      args: ['exec', '-c', 'model_reasoning_effort="high"', '--skip-git-repo-check', TASK],
       env: { PATH, HOME: s.home, CODEX_HOME: codexHome, HS_API_KEY: 'sk-hs-test', TERM: 'dumb' },
       files: { [path.join(codexHome, 'config.toml')]: config },
     });

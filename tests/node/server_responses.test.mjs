@@ -228,6 +228,25 @@ test('malformed requests get 400s in the OpenAI shape', async () => {
   assert.equal(overflow.body.error.code, 'context_length_exceeded');
 });
 
+test('a generation that fails: 500 in the OpenAI shape, or a response.failed event in a stream', async () => {
+  const headers = { ...forceHeader('one two three four five'), 'X-HS-Test-Engine-Fail-After': '2' };
+  const r = await post(server, '/v1/responses', { model: MODEL, input: 'x' }, headers);
+  assert.equal(r.status, 500);
+  assert.equal(r.body.error.type, 'server_error');
+  const raw = await fetch(`${server.url}/v1/responses`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify({ model: MODEL, input: 'x', stream: true }),
+  });
+  const events = parseSse(await raw.text());
+  const last = events.at(-1);
+  assert.equal(last.event, 'response.failed');
+  assert.equal(last.data.response.status, 'failed');
+  assert.equal(last.data.response.error.code, 'server_error');
+  assert.match(last.data.response.error.message, /test hook/);
+  await assert.rejects(client.responses.retrieve(last.data.response.id), (e) => e.status === 404); // not stored
+});
+
 test('images in input become a placeholder (the model reads text)', async () => {
   const r = await client.responses.create(
     { model: MODEL, input: [{ role: 'user', content: [{ type: 'input_text', text: 'What is this?' }, { type: 'input_image', image_url: 'data:image/png;base64,AAAA' }] }] },
