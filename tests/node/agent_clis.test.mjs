@@ -93,7 +93,7 @@ function runClaude(s, keepalive) {
 }
 
 test('Claude Code (default mode) reads a file with its Read tool and answers; keep-alives hold its stream', { skip }, async () => {
-  const s = setup('claude', { think: true, hold: 11000 });
+  const s = setup('claude', { think: true, hold: 12500 });
   try {
     const r = await runClaude(s, 1);
     assert.equal(r.code, 0, r.stderr + r.stdout);
@@ -108,14 +108,14 @@ test('Claude Code (default mode) reads a file with its Read tool and answers; ke
     const ok = msgs.filter((a) => a.status === 200);
     assert.deepEqual(ok.map((a) => a.finish), ['tool_calls', 'stop']);
     assert.ok(ok.every((a) => a.stream && !a.disconnected), JSON.stringify(ok));
-    assert.ok(ok[0].ms >= 11000 && ok[0].prompt_tokens > 10000, JSON.stringify(ok[0])); // 11 s without a token
+    assert.ok(ok[0].ms >= 12500 && ok[0].prompt_tokens > 10000, JSON.stringify(ok[0])); // 12.5 s without a token
   } finally {
     s.cleanup();
   }
 });
 
 test('without keep-alives Claude Code abandons the silent stream and prefills again without streaming', { skip }, async () => {
-  const s = setup('claude-quiet', { think: true, hold: 11000 });
+  const s = setup('claude-quiet', { think: true, hold: 12500 });
   try {
     const r = await runClaude(s, 0);
     const ok = r.access.filter((a) => a.path === '/v1/messages' && a.status === 200);
