@@ -8,6 +8,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
+  iproute2 util-linux  # ip and unshare: the agent-CLI tests run in a loopback-only network namespace
 )
 
 missing=()

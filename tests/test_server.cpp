@@ -18,6 +18,7 @@
 #include "server/service.h"
 #include "server/stop_matcher.h"
 #include "tokenizer/chat_tokens.h"
+#include "server_util.h"
 
 using namespace hs;
 using namespace hs::server;
@@ -115,24 +116,6 @@ TEST(Metrics, PrometheusText) {
   EXPECT_NE(text.find("# TYPE hyperstream_http_request_duration_seconds histogram\n"), std::string::npos);
 }
 
-// A Service over the built-in model (one engine for the whole test binary).
-EngineOptions one_thread() {
-  EngineOptions o;
-  o.threads = 1;
-  return o;
-}
-
-struct Builtin {
-  Engine engine{builtin_source(), one_thread()};
-  Tokenizer tok = builtin_tokenizer();
-  Scheduler sched{engine, SchedulerOptions{2, 16, 1024}};
-  Service svc{sched, tok, ServiceConfig{}};
-};
-Builtin& builtin() {
-  static Builtin b;
-  return b;
-}
-
 TEST(AnthropicConvert, BlocksBecomeOpenAiMessages) {
   const ojson req = ojson::parse(R"({
     "model": "hyperstream", "max_tokens": 5, "system": [{"type": "text", "text": "S1"}, {"type": "text", "text": "S2"}],
@@ -159,31 +142,11 @@ TEST(AnthropicConvert, BlocksBecomeOpenAiMessages) {
   EXPECT_EQ(in.tools[0]["function"]["parameters"]["properties"]["a"]["type"], "string");
 }
 
-// Runs a generation to the end; returns all events and the outcome.
-std::pair<std::vector<GenEvent>, GenOutcome> drain(const std::shared_ptr<Generation>& g) {
-  std::vector<GenEvent> ev;
-  for (;;) {
-    GenBatch b = g->next(std::chrono::milliseconds(100));
-    ev.insert(ev.end(), b.events.begin(), b.events.end());
-    if (b.done) return {ev, b.outcome};
-  }
-}
-
-GenerationSpec forced_chat(const std::string& output) {
-  Builtin& b = builtin();
-  GenerationSpec s;
-  s.prompt = b.tok.encode("<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
-  s.max_tokens = 200;
-  s.chat = true;
-  s.forced = b.tok.encode(output);
-  return s;
-}
-
 TEST(Generation, ForcedDsmlBecomesToolCalls) {
   const std::string out =
       "Sure.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" "
       "string=\"true\">x y</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
-  auto [ev, o] = drain(builtin().svc.start(forced_chat(out), "test"));
+  auto [ev, o] = drain(builtin().svc.start(forced_chat(out), "test", ApiStyle::chat));
   std::string content;
   std::vector<ToolCall> calls;
   for (const auto& e : ev) {
@@ -201,7 +164,7 @@ TEST(Generation, ForcedDsmlBecomesToolCalls) {
 TEST(Generation, StopSequenceEndsTheSequenceInTheSameStep) {
   GenerationSpec s = forced_chat("alpha beta gamma delta");
   s.stop = {"a ga"};
-  auto [ev, o] = drain(builtin().svc.start(std::move(s), "test"));
+  auto [ev, o] = drain(builtin().svc.start(std::move(s), "test", ApiStyle::chat));
   std::string text;
   for (const auto& e : ev) text += e.text;
   EXPECT_EQ(text, "alpha bet");
@@ -216,7 +179,7 @@ TEST(Generation, CancelEndsAsCancelledAndFreesTheSlot) {
   s.forced.reset();
   s.ignore_eos = true;
   s.max_tokens = 900;
-  auto g = builtin().svc.start(std::move(s), "test");
+  auto g = builtin().svc.start(std::move(s), "test", ApiStyle::chat);
   while (g->next(std::chrono::milliseconds(100)).events.empty()) {
   }
   g->cancel();
@@ -278,7 +241,7 @@ TEST(Generation, EngineFailureEndsAsAnErrorAndFreesTheSlot) {
   for (int64_t after : {0, 3}) {
     GenerationSpec s = forced_chat("alpha beta gamma delta epsilon");
     s.fail_after = after;
-    auto [ev, o] = drain(builtin().svc.start(std::move(s), "test"));
+    auto [ev, o] = drain(builtin().svc.start(std::move(s), "test", ApiStyle::chat));
     EXPECT_EQ(o.finish, Finish::error);
     EXPECT_EQ(o.completion_tokens, after);
     EXPECT_NE(o.error.find("test hook"), std::string::npos) << o.error;
@@ -291,20 +254,8 @@ TEST(Generation, EngineFailureEndsAsAnErrorAndFreesTheSlot) {
   GenOutcome cancelled;
   cancelled.finish = Finish::cancelled;
   EXPECT_EQ(outcome_error(cancelled).status(), 503);
-  auto [ev, o] = drain(builtin().svc.start(forced_chat("fine"), "test"));  // the slot serves again
+  auto [ev, o] = drain(builtin().svc.start(forced_chat("fine"), "test", ApiStyle::chat));  // the slot serves again
   EXPECT_EQ(o.finish, Finish::stop);
-}
-
-TEST(Generation, ContextLimitIsA400WithTheNumbers) {
-  GenerationSpec s = forced_chat("x");
-  s.max_tokens = 5000;
-  try {
-    builtin().svc.start(std::move(s), "test");
-    FAIL() << "expected an ApiError";
-  } catch (const ApiError& e) {
-    EXPECT_EQ(e.status(), 400);
-    EXPECT_NE(std::string(e.what()).find("context size of 1024"), std::string::npos) << e.what();
-  }
 }
 
 }  // namespace

@@ -38,6 +38,7 @@ ParsedArgs::ParsedArgs(const std::string& command, const Args& args, const std::
         value = std::string(1, '1');  // (not = "1": GCC 12 -Wrestrict false positive)
       }
       values_[key] = value;
+      all_[key].push_back(value);
     } else {
       positionals_.push_back(a);
     }
@@ -48,6 +49,11 @@ std::optional<std::string> ParsedArgs::get(const std::string& name) const {
   auto it = values_.find(name);
   if (it == values_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> ParsedArgs::get_all(const std::string& name) const {
+  auto it = all_.find(name);
+  return it == all_.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::string ParsedArgs::get_or(const std::string& name, const std::string& dflt) const {

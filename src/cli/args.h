@@ -26,7 +26,8 @@ class ParsedArgs {
 
   bool help() const { return help_; }
   bool has(const std::string& name) const { return values_.count(name) > 0; }
-  std::optional<std::string> get(const std::string& name) const;
+  std::optional<std::string> get(const std::string& name) const;  // the last one given
+  std::vector<std::string> get_all(const std::string& name) const;  // every one given, in order
   std::string get_or(const std::string& name, const std::string& dflt) const;
   // Parses an integer option, with an error naming the option on junk.
   long long get_int(const std::string& name, long long dflt) const;
@@ -37,6 +38,7 @@ class ParsedArgs {
   std::string command_;
   bool help_ = false;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_;
   std::vector<std::string> positionals_;
 };
 

@@ -108,7 +108,7 @@ int cmd_run(const Args& raw_args) {
   }
   std::shared_ptr<server::Generation> gen;
   try {
-    gen = svc.start(std::move(spec), "run");
+    gen = svc.start(std::move(spec), "run", chat ? server::ApiStyle::chat : server::ApiStyle::completions);
   } catch (const server::ApiError& e) {
     fail(e.what());
   }

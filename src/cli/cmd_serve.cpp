@@ -25,7 +25,7 @@ SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engin
 std::vector<OptionSpec> model_option_specs() {
   std::vector<OptionSpec> specs = {
       {"tokenizer", true, "tokenizer: a GGUF, a tokenizer.json, or a directory holding one (default: the model's)", "PATH"},
-      {"model-name", true, "the model id clients send (default: the file or directory name; built-in: hyperstream-builtin)", "NAME"},
+      {"model-name", true, "the served model id, in every answer (default: the file or directory name; built-in: hyperstream-builtin)", "NAME"},
       {"chat-variant", true, "reasoning-effort table: v4 or v4-0731 (default: v4-0731 when the name has 0731)", "V"},
       {"ctx-size", true, "tokens per sequence, prompt + output (default: the model's context; what the state pool "
                          "holds is checked per request)", "N"},
@@ -86,6 +86,14 @@ int cmd_serve(const Args& args) {
       {"http-threads", true, "HTTP worker threads; each open stream holds one (default: max(64, 4 x max-seqs))", "N"},
       {"default-thinking", false, "thinking mode for requests that do not choose (default: chat mode)"},
       {"shutdown-timeout", true, "seconds running requests get to finish on SIGTERM/SIGINT (default 30)", "S"},
+      {"model-alias", true, "another id the model answers to, listed by /v1/models (repeatable)", "NAME"},
+      {"strict-model-name", false, "refuse (404) a request naming a model other than --model-name or an alias "
+                                   "(default: any name is accepted and answered with the served id)"},
+      {"clamp-max-tokens", false, "shrink max_tokens to the room the context leaves instead of refusing the request"},
+      {"keepalive", true, "seconds of silence (a long prefill) after which a stream gets a keep-alive event: "
+                          "Anthropic ping, an empty chat chunk, a Responses keepalive (default 10; 0: none)", "S"},
+      {"response-store", true, "responses of /v1/responses kept in memory for GET and previous_response_id "
+                               "(default 256; 0: none)", "N"},
   };
   for (auto& s : synthetic_option_specs()) specs.push_back(s);
   for (auto& s : model_option_specs()) specs.push_back(s);
@@ -95,12 +103,16 @@ int cmd_serve(const Args& args) {
   specs.push_back({"test-force-output", true, "test only", "TEXT"});
   // Test-only: honour the X-HS-Test-* request headers (forced output, forced engine failure).
   specs.push_back({"test-hooks", false, "test only"});
+  // Test-only: forced outputs chosen by the prompt's last user turn (server/forced_script.h).
+  specs.push_back({"test-force-script", true, "test only", "FILE"});
+  // Test-only: with forced output only the prompt's last N tokens are prefilled (GenerationSpec::prefill_tail).
+  specs.push_back({"test-prefill-tail", true, "test only", "N"});
   ParsedArgs a("serve", args, specs);
   if (a.help()) {
     print_help("serve", "[MODEL | --synthetic PRESET [--layers N] [--quant MIX]] [options]",
                "Serve MODEL (a GGUF or a Hugging Face directory; none: the built-in synthetic model) over HTTP:\n"
-               "OpenAI /v1/chat/completions, /v1/completions, /v1/models; Anthropic /v1/messages(/count_tokens);\n"
-               "/tokenize, /detokenize, /health, /metrics. See docs/server.md.\n"
+               "OpenAI /v1/chat/completions, /v1/completions, /v1/responses(/{id}), /v1/models; Anthropic\n"
+               "/v1/messages(/count_tokens); /tokenize, /detokenize, /health, /metrics. See docs/server.md.\n"
                "--synthetic serves random weights of a preset's real shapes (on a GPU made in device memory) with\n"
                "the built-in tokenizer, as model synthetic-PRESET-<layers>L-MIX: for throughput measurements\n"
                "without a model file (scripts/bench_serve.sh).",
@@ -122,6 +134,26 @@ int cmd_serve(const Args& args) {
   const double grace_s = a.get_double("shutdown-timeout", 30);
   HS_CHECK(grace_s >= 0, "--shutdown-timeout must be at least 0");
 
+  // The API options, checked before the model loads.
+  server::ServiceConfig cfg;
+  cfg.default_thinking = a.has("default-thinking");
+  cfg.model_aliases = a.get_all("model-alias");
+  for (const auto& alias : cfg.model_aliases) HS_CHECK(!alias.empty(), "--model-alias must not be empty");
+  cfg.strict_model_name = a.has("strict-model-name");
+  cfg.clamp_max_tokens = a.has("clamp-max-tokens");
+  const double keepalive_s = a.get_double("keepalive", 10);
+  HS_CHECK(keepalive_s >= 0 && keepalive_s <= 3600, "--keepalive must be between 0 and 3600 seconds, got ", keepalive_s);
+  cfg.keepalive = std::chrono::milliseconds(static_cast<int64_t>(keepalive_s * 1000));
+  const long long store = a.get_int("response-store", 256);
+  HS_CHECK(store >= 0 && store <= 1000000, "--response-store must be between 0 and 1000000, got ", store);
+  cfg.stored_responses = static_cast<size_t>(store);
+  cfg.forced_output = a.get("test-force-output");
+  if (auto script = a.get("test-force-script")) cfg.forced_script = server::load_forced_script(*script);
+  const long long tail = a.get_int("test-prefill-tail", 0);
+  HS_CHECK(tail >= 0, "--test-prefill-tail must be at least 0, got ", tail);
+  cfg.test_prefill_tail = static_cast<size_t>(tail);
+  cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
+
   server::Metrics metrics;
   server::HttpServer srv(http, metrics);
   const int port = srv.start();
@@ -130,12 +162,8 @@ int cmd_serve(const Args& args) {
   const server::LoadedModel model = server::load_model(model_spec);
   const SchedulerOptions sched_opts = scheduler_options_from(a, *model.engine, max_seqs);
   Scheduler scheduler(*model.engine, sched_opts);
-  server::ServiceConfig cfg;
   cfg.model_name = model.name;
   cfg.variant = model.variant;
-  cfg.default_thinking = a.has("default-thinking");
-  cfg.forced_output = a.get("test-force-output");
-  cfg.test_hooks = cfg.forced_output.has_value() || a.has("test-hooks");
   server::Service service(scheduler, *model.tokenizer, cfg, &metrics);
   srv.set_service(&service);
   const EngineStateStats pages = model.engine->state_stats();

@@ -383,6 +383,13 @@ void Scheduler::step_once() {
         r.token = s.req.forced_token(s.generated());
         r.top.clear();
       }
+      if (s.req.override_token) {
+        if (const int32_t t = s.req.override_token(s.generated); t >= 0 && t != r.token) {
+          r.token = t;
+          r.logprob = 0;
+          r.top.clear();
+        }
+      }
       s.sampler->accept(r.token);
       s.last = r.token;
       s.out.push_back(r.token);

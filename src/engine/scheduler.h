@@ -46,6 +46,9 @@ struct GenerationRequest {
   std::function<void(FinishReason, const std::string& error)> on_done;
   // Test-only hook: when set, replaces sampling (the tool-call tests force model output).
   std::function<int32_t(int64_t step)> forced_token;
+  // Called after each token is chosen (sampled, or forced): a value >= 0 replaces it (a
+  // thinking budget ends the reasoning with "</think>"); its logprob then reads 0.
+  std::function<int32_t(int64_t step)> override_token;
   // Test-only hook: >= 0 makes the engine step of this request throw (as a failing engine
   // would) once this many tokens were generated; 0 fails in the prefill. The request ends
   // with FinishReason::Error and its slot is freed.

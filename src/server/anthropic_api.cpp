@@ -3,6 +3,7 @@
 
 #include "server/json_util.h"
 #include "server/openai_api.h"
+#include "server/thinking_signature.h"
 #include "server/sampling_request.h"
 #include "server/validation.h"
 
@@ -42,6 +43,8 @@ ojson usage_json(const GenOutcome& o) {
 struct MessageMeta {
   std::string id, model;
   int64_t prompt_tokens = 0;
+  bool omit_thinking = false;              // thinking.display "omitted": the text rides in the signature only
+  std::chrono::milliseconds keepalive{0};  // 0: no ping while silent
 };
 
 ojson message_object(const MessageMeta& m) {
@@ -58,15 +61,17 @@ class MessageJsonWriter : public ResponseWriter {
         continue;
       }
       const char* type = e.kind == GenEvent::Kind::reasoning ? "thinking" : "text";
-      if (blocks_.empty() || blocks_.back()["type"] != type) {
-        blocks_.push_back({{"type", type}, {type, ""}});
-        if (e.kind == GenEvent::Kind::reasoning) blocks_.back()["signature"] = "";
-      }
+      if (blocks_.empty() || blocks_.back()["type"] != type) blocks_.push_back({{"type", type}, {type, ""}});
       blocks_.back()[type] = blocks_.back()[type].get<std::string>() + e.text;
     }
     if (!b.done) return {};
     if (b.outcome.finish == Finish::cancelled || b.outcome.finish == Finish::error)
       return error_body(ApiFlavor::anthropic, outcome_error(b.outcome));
+    for (auto& block : blocks_)
+      if (block["type"] == "thinking") {
+        block["signature"] = thinking_signature(block["thinking"].get<std::string>());
+        if (m_.omit_thinking) block["thinking"] = "";
+      }
     ojson out = message_object(m_);
     out["content"] = std::move(blocks_);
     out["stop_reason"] = stop_reason(b.outcome.finish);
@@ -126,7 +131,9 @@ class MessageStreamWriter : public ResponseWriter {
         out += sse_event("content_block_start", {{"type", "content_block_start"}, {"index", index_}, {"content_block", block}});
         open_ = want;
       }
-      out += thinking ? delta({{"type", "thinking_delta"}, {"thinking", text}}) : delta({{"type", "text_delta"}, {"text", text}});
+      if (thinking) thinking_ += text;
+      if (!thinking) out += delta({{"type", "text_delta"}, {"text", text}});
+      else if (!m_.omit_thinking) out += delta({{"type", "thinking_delta"}, {"thinking", text}});
     }
     if (!b.done) return out;
     if (b.outcome.finish == Finish::cancelled || b.outcome.finish == Finish::error) {
@@ -143,6 +150,11 @@ class MessageStreamWriter : public ResponseWriter {
     return out + sse_event("message_stop", {{"type", "message_stop"}});
   }
 
+  // Anthropic's own keep-alive event (the SDKs skip it; an SSE comment would not count).
+  std::string keepalive(std::chrono::milliseconds silent) override {
+    return m_.keepalive.count() > 0 && silent >= m_.keepalive ? sse_event("ping", {{"type", "ping"}}) : std::string();
+  }
+
  private:
   enum class Open { none, text, thinking, tool };
   std::string delta(ojson d) {
@@ -150,6 +162,10 @@ class MessageStreamWriter : public ResponseWriter {
   }
   void close_block(std::string& out) {
     if (open_ == Open::none) return;
+    if (open_ == Open::thinking) {  // the signature goes last, as Anthropic sends it
+      out += delta({{"type", "signature_delta"}, {"signature", thinking_signature(thinking_)}});
+      thinking_.clear();
+    }
     out += sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
     ++index_;
     open_ = Open::none;
@@ -158,6 +174,7 @@ class MessageStreamWriter : public ResponseWriter {
   MessageMeta m_;
   Open open_ = Open::none;
   int index_ = 0;
+  std::string thinking_;  // the open thinking block's text, for its signature
 };
 
 }  // namespace
@@ -168,25 +185,31 @@ Reply anthropic_messages(Service& svc, const std::string& body, const RequestInf
   const ChatInput in = anthropic_chat_input(svc, req);
   const auto max_tokens = opt_int(req, "max_tokens", 1, INT32_MAX);
   if (!max_tokens) bad_request("max_tokens", "'max_tokens' is required");
-  if (const ojson* th = field(req, "thinking"); th && in.thinking)
-    if (auto budget = opt_int(*th, "budget_tokens", 1, INT32_MAX); budget && *budget >= *max_tokens)
-      bad_request("thinking", "'thinking.budget_tokens' (", *budget, ") must be less than max_tokens (", *max_tokens, ")");
 
   GenerationSpec spec;
   spec.sampling = parse_sampling(req, svc, 1.0, false);
   spec.stop = opt_stop_list(req, "stop_sequences", 64, false);
   spec.max_tokens = static_cast<int>(*max_tokens);
   spec.ignore_eos = opt_bool(req, "ignore_eos").value_or(false);  // extension, as on the OpenAI routes
-  apply_chat(spec, build_chat_prompt(svc.tokenizer(), in), in.tools, svc.new_seed());
+  const ChatPromptIds prompt = build_chat_prompt(svc.tokenizer(), in);
+  apply_chat(spec, prompt, in.tools, svc.new_seed());
+  spec.format = anthropic_output_spec(req, in);
+  bool omit_thinking = false;
+  if (const ojson* th = field(req, "thinking"); th && in.thinking) {
+    // A budget of max_tokens or more never binds (interleaved thinking allows it: accepted).
+    if (auto budget = opt_int(*th, "budget_tokens", 1, INT32_MAX); budget && prompt.starts_in_reasoning) spec.reasoning_budget = *budget;
+    omit_thinking = opt_string(*th, "display") == "omitted";
+  }
   svc.apply_test_hooks(spec, info);
   const bool stream = opt_bool(req, "stream").value_or(false);
 
-  MessageMeta meta{svc.new_id("msg_"), svc.config().model_name, static_cast<int64_t>(spec.prompt.size())};
+  MessageMeta meta{svc.new_id("msg_"), svc.config().model_name, static_cast<int64_t>(spec.prompt.size()), omit_thinking,
+                   svc.config().keepalive};
   Reply r;
   r.request_id = meta.id;
   r.stream = stream;
   r.job = std::make_shared<Job>();
-  r.job->gen = svc.start(std::move(spec), "messages");
+  r.job->gen = svc.start(std::move(spec), "messages", ApiStyle::messages);
   if (stream) {
     r.content_type = "text/event-stream";
     r.job->writer = std::make_unique<MessageStreamWriter>(std::move(meta));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "server/chat_request.h"
+#include "server/output_format.h"
 #include "server/reply.h"
 #include "server/service.h"
 
@@ -14,6 +15,9 @@ namespace hs::server {
 // system, messages (text / tool_use / tool_result / thinking blocks), tools, tool_choice and
 // thinking -> the chat input. 400 ApiError on anything malformed or unsupported.
 ChatInput anthropic_chat_input(const Service& svc, const ojson& req);
+// What the output must be: a forced tool call (tool_choice "tool", or "any" with one tool), else
+// output_config.format / the beta output_format (json_schema), else text.
+OutputFormat anthropic_output_spec(const ojson& req, const ChatInput& in);
 
 Reply anthropic_messages(Service& svc, const std::string& body, const RequestInfo& info);
 Reply anthropic_count_tokens(Service& svc, const std::string& body);

@@ -3,28 +3,26 @@
 
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
+#include "server/thinking_signature.h"
 #include "server/validation.h"
+#include "util/log.h"
 
 namespace hs::server {
 
 namespace {
 
-// The text of a string or an array of text blocks (`what` names it in errors).
-std::string text_of(const ojson& v, const std::string& what, const char* joiner) {
-  if (v.is_string()) return v.get<std::string>();
-  if (!v.is_array()) bad_request("messages", what, " must be a string or an array of text blocks, got ", describe_type(v));
-  std::string out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const ojson& b = v[i];
-    const std::string where = cat(what, "[", i, "]");
-    if (!b.is_object() || !b.contains("type") || b["type"] != "text")
-      bad_request("messages", where, " must be a text block ({\"type\": \"text\", \"text\": ...})");
+bool is_media(const std::string& type) { return type == "image" || type == "document"; }
+
+// The text of a string or an array of text blocks (`what` names it in errors); with `media`,
+// image and document blocks become placeholders.
+std::string text_of(const ojson& v, const std::string& what, const char* joiner, bool media = false) {
+  return content_parts_text(v, "messages", what, joiner, [&](const ojson& b, const std::string& where, const std::string& type) {
+    if (media && is_media(type)) return media_placeholder(type, where);
+    if (type != "text") bad_request("messages", where, " must be a text block ({\"type\": \"text\", \"text\": ...})");
     const ojson* t = field(b, "text");
     if (!t || !t->is_string()) bad_request("messages", where, ".text must be a string");
-    if (i) out += joiner;
-    out += t->get<std::string>();
-  }
-  return out;
+    return t->get<std::string>();
+  });
 }
 
 const ojson& block_field(const ojson& b, const char* key, const std::string& where, bool (ojson::*is)() const noexcept,
@@ -57,11 +55,13 @@ void convert_user(const ojson& content, const std::string& where, ojson& out) {
   for_each_block(content, where, [&](const ojson& b, const std::string& bw, const std::string& type) {
     if (type == "text") {
       parts.push_back({{"type", "text"}, {"text", block_field(b, "text", bw, &ojson::is_string, "a string")}});
+    } else if (is_media(type)) {
+      parts.push_back({{"type", "text"}, {"text", media_placeholder(type, bw)}});
     } else if (type == "tool_result") {
       flush();
       const ojson& id = block_field(b, "tool_use_id", bw, &ojson::is_string, "a string");
       const ojson* c = field(b, "content");
-      std::string text = c ? text_of(*c, bw + ".content", "\n\n") : std::string();
+      std::string text = c ? text_of(*c, bw + ".content", "\n\n", true) : std::string();
       if (auto err = opt_bool(b, "is_error"); err && *err) text = "Error: " + text;
       out.push_back({{"role", "tool"}, {"tool_call_id", id}, {"content", std::move(text)}});
     } else {
@@ -82,7 +82,10 @@ void convert_assistant(const ojson& content, const std::string& where, bool last
       if (type == "text") {
         text += block_field(b, "text", bw, &ojson::is_string, "a string").get<std::string>();
       } else if (type == "thinking") {
-        reasoning += block_field(b, "thinking", bw, &ojson::is_string, "a string").get<std::string>();
+        std::string text = block_field(b, "thinking", bw, &ojson::is_string, "a string").get<std::string>();
+        if (const ojson* sig = field(b, "signature"); text.empty() && sig && sig->is_string())
+          text = reasoning_from_signature(sig->get<std::string>()).value_or("");  // sent with display "omitted"
+        reasoning += text;
       } else if (type == "tool_use") {
         const ojson& id = block_field(b, "id", bw, &ojson::is_string, "a string");
         const ojson& name = block_field(b, "name", bw, &ojson::is_string, "a string");
@@ -102,12 +105,8 @@ void convert_assistant(const ojson& content, const std::string& where, bool last
 
 ojson convert_tools(const ojson* tools) {
   if (!tools) return nullptr;
-  if (!tools->is_array()) bad_request("tools", "'tools' must be an array, got ", describe_type(*tools));
   ojson out = ojson::array();
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const ojson& t = (*tools)[i];
-    const std::string where = cat("tools[", i, "]");
-    if (!t.is_object()) bad_request("tools", where, " must be an object, got ", describe_type(t));
+  for_each_tool(*tools, [&](const ojson& t, const std::string& where) {
     if (auto type = opt_string(t, "type"); type && *type != "custom")
       bad_request("tools", where, ": tools of type '", *type, "' are not supported (only client tools)");
     auto name = opt_string(t, "name");
@@ -123,7 +122,7 @@ ojson convert_tools(const ojson* tools) {
     if (auto d = opt_string(t, "description")) fn["description"] = *d;
     fn["parameters"] = *schema;
     out.push_back({{"type", "function"}, {"function", std::move(fn)}});
-  }
+  });
   return out;
 }
 
@@ -144,7 +143,21 @@ ojson convert_tool_choice(const ojson* tc) {
   bad_request("tool_choice", "'tool_choice.type' must be \"auto\", \"any\", \"tool\" or \"none\"");
 }
 
+OutputFormat anthropic_format(const ojson& req) {
+  const ojson* oc = opt_object(req, "output_config");
+  const ojson* ga = oc ? field(*oc, "format") : nullptr;
+  const ojson* beta = field(req, "output_format");
+  if (ga && beta) bad_request("output_format", "give 'output_config.format' or the beta 'output_format', not both");
+  return ga ? anthropic_output_format(ga, "output_config.format") : anthropic_output_format(beta, "output_format");
+}
+
 }  // namespace
+
+OutputFormat anthropic_output_spec(const ojson& req, const ChatInput& in) {
+  const ojson choice = convert_tool_choice(field(req, "tool_choice"));
+  if (auto forced = forced_tool_name(choice.is_null() ? nullptr : &choice, in.tools)) return forced_tool_call(in.tools, *forced);
+  return anthropic_format(req);
+}
 
 ChatInput anthropic_chat_input(const Service& svc, const ojson& req) {
   svc.check_model(opt_string(req, "model"));
@@ -163,7 +176,8 @@ ChatInput anthropic_chat_input(const Service& svc, const ojson& req) {
       bad_request("messages", where, ".content must be a string or an array of content blocks");
     if (role == "user") convert_user(*content, where, in.messages);
     else if (role == "assistant") convert_assistant(*content, where, i + 1 == messages->size(), in.messages);
-    else bad_request("messages", where, ".role must be \"user\" or \"assistant\"");
+    else if (role == "system") in.messages.push_back({{"role", "system"}, {"content", text_of(*content, where + ".content", "\n\n")}});
+    else bad_request("messages", where, ".role must be \"user\", \"assistant\" or \"system\"");
   }
   in.tools = convert_tools(field(req, "tools"));
   const ojson choice = convert_tool_choice(field(req, "tool_choice"));
@@ -175,12 +189,24 @@ ChatInput anthropic_chat_input(const Service& svc, const ojson& req) {
     if (type == "enabled" || type == "adaptive") {
       in.thinking = true;
       opt_int(*th, "budget_tokens", 1, INT32_MAX);
+      if (auto d = opt_string(*th, "display"); d && *d != "summarized" && *d != "omitted")
+        bad_request("thinking", "'thinking.display' must be \"summarized\" or \"omitted\", got \"", *d, "\"");
     } else if (type == "disabled") {
       in.thinking = false;
     } else {
-      bad_request("thinking", "'thinking.type' must be \"enabled\" or \"disabled\"");
+      bad_request("thinking", "'thinking.type' must be \"enabled\", \"adaptive\" or \"disabled\"");
     }
   }
+  if (const ojson* oc = opt_object(req, "output_config")) {
+    if (auto effort = opt_string(*oc, "effort")) {
+      if (*effort != "low" && *effort != "medium" && *effort != "high" && *effort != "xhigh" && *effort != "max")
+        bad_request("output_config", "'output_config.effort' must be \"low\", \"medium\", \"high\", \"xhigh\" or \"max\", got \"",
+                    *effort, "\"");
+      // The checkpoint's effort table (chat-format.md §4); a level it lacks keeps the default.
+      if (auto m = map_reasoning_effort(*effort, in.variant)) in.effort = m->effort;
+    }
+  }
+  in.response_format = prompt_response_format(anthropic_format(req));
   return in;
 }
 

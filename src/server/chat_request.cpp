@@ -4,6 +4,7 @@
 
 #include "server/api_error.h"
 #include "server/validation.h"
+#include "util/log.h"
 
 namespace hs::server {
 
@@ -22,8 +23,33 @@ ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
   } catch (const Error& e) {
     bad_request("messages", e.what());
   }
+  // A conversation ending with a system message (Claude Code sends its environment after the
+  // user's prompt) gets no generation prompt from DeepSeek's encoder, which writes one only
+  // after a user turn: the model would continue the system text. The system text stands where
+  // it was sent, then comes the generation prompt the user turn before it would have had.
+  const bool ends_with_system = in.messages.is_array() && !in.messages.empty() && in.messages.back().is_object() &&
+                                in.messages.back().value("role", ojson()) == "system";
+  if (p.generation_prefix.empty() && ends_with_system) {
+    p.text += assistant_prefix(o.thinking_mode);
+    p.starts_in_reasoning = o.thinking_mode == ThinkingMode::thinking;
+  }
   // Only the template's structure becomes control tokens; the client's text never does.
   return {tok.encode_with_literals(p.text, p.literal), p.starts_in_reasoning};
+}
+
+std::string media_placeholder(const std::string& type, const std::string& where) {
+  log_warn(where, ": a part of type '", type, "' was replaced by the text \"[Unsupported ", type,
+           "]\" (the model reads text only)");
+  return "[Unsupported " + type + "]";
+}
+
+void apply_reasoning_effort(const std::string& effort, ChatInput& in) {
+  if (auto m = map_reasoning_effort(effort, in.variant)) {
+    in.thinking = !m->chat_mode;
+    in.effort = m->effort;
+  } else {
+    in.thinking = true;  // a level this checkpoint has no text for: thinking, default effort
+  }
 }
 
 void apply_chat(GenerationSpec& spec, const ChatPromptIds& p, const ojson& tools, uint64_t id_seed) {

@@ -40,6 +40,8 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
   const int32_t eos = tokenizer.special_ids().eos;
   GenerationRequest req;
   req.prompt = g->spec_.prompt;
+  if (const size_t tail = g->spec_.prefill_tail; g->spec_.forced && tail > 0 && req.prompt.size() > tail)
+    req.prompt.erase(req.prompt.begin(), req.prompt.end() - static_cast<std::ptrdiff_t>(tail));
   req.max_tokens = g->spec_.max_tokens;
   req.sampling = g->spec_.sampling;
   if (!g->spec_.logprobs) req.sampling.top_logprobs = 0;
@@ -54,9 +56,38 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
       return eos >= 0 ? eos : (ids.empty() ? 0 : ids.back());
     };
   }
+  if (const int32_t think_end = tokenizer.special_ids().think_end; g->parser_ && g->spec_.reasoning_budget >= 0 && think_end >= 0)
+    req.override_token = [g, think_end](int64_t) { return g->over_budget() ? think_end : -1; };
   g->t_start_ = std::chrono::steady_clock::now();
+  if (g->spec_.hold_prefill.count() > 0) {
+    g->release_at_ = g->t_start_ + g->spec_.hold_prefill;
+    g->held_ = std::move(req);
+    return g;
+  }
   g->id_ = scheduler.submit(std::move(req));
   return g;
+}
+
+void Generation::release_held() {
+  std::optional<GenerationRequest> req;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!held_ || std::chrono::steady_clock::now() < release_at_) return;
+    req = std::move(held_);
+    held_.reset();
+  }
+  try {
+    id_ = scheduler_.submit(std::move(*req));
+  } catch (const std::exception& e) {  // (the shutdown began while it was held)
+    on_done(FinishReason::Error, e.what());
+    return;
+  }
+  if (cancelled()) scheduler_.cancel(id_);  // cancel() ran while it was being submitted
+}
+
+// Runs on the scheduler thread before each token is taken, after the previous one was parsed.
+bool Generation::over_budget() const {
+  return parser_->in_reasoning() && reasoning_tokens_ >= spec_.reasoning_budget;
 }
 
 bool Generation::on_token(const SampleResult& r) {
@@ -75,6 +106,7 @@ bool Generation::on_token(const SampleResult& r) {
     push(std::move(ev), std::nullopt);
     return true;
   }
+  if (parser_ && parser_->in_reasoning()) ++reasoning_tokens_;
   std::optional<TokenInfo> info;
   if (spec_.logprobs) info = TokenInfo{r.token, r.logprob, r.top};
   std::string piece;
@@ -160,6 +192,7 @@ void Generation::on_done(FinishReason reason, const std::string& error) {
   }
   o.prompt_tokens = static_cast<int64_t>(spec_.prompt.size());
   o.completion_tokens = generated_;
+  o.reasoning_tokens = reasoning_tokens_;
   const auto end = std::chrono::steady_clock::now();
   o.total_s = seconds(end - t_start_);
   if (generated_ > 0) {
@@ -178,9 +211,12 @@ void Generation::on_done(FinishReason reason, const std::string& error) {
 }
 
 GenBatch Generation::next(std::chrono::milliseconds timeout) {
+  release_held();
   GenBatch b;
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait_for(lk, timeout, [&] { return done_ || !events_.empty() || !tokens_.empty(); });
+  auto until = std::chrono::steady_clock::now() + timeout;
+  if (held_) until = std::min(until, release_at_);
+  cv_.wait_until(lk, until, [&] { return done_ || !events_.empty() || !tokens_.empty(); });
   b.events.swap(events_);
   b.tokens.swap(tokens_);
   if (done_) {
@@ -191,12 +227,16 @@ GenBatch Generation::next(std::chrono::milliseconds timeout) {
 }
 
 void Generation::cancel() {
+  bool was_held = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (done_ || cancel_requested_) return;
     cancel_requested_ = true;
+    was_held = held_.has_value();
+    held_.reset();
   }
-  scheduler_.cancel(id_);
+  if (was_held) on_done(FinishReason::Cancelled, "");  // the scheduler never saw it
+  else scheduler_.cancel(id_);
 }
 
 bool Generation::cancelled() const {

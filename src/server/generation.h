@@ -7,6 +7,7 @@
 // sequence ends the sequence in the same step. Consumers pull batches of events from any
 // thread with next(); cancel() (a client gone) frees the slot within one scheduler step.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -35,10 +36,20 @@ struct GenerationSpec {
   bool chat = false;               // parse the output as a DeepSeek-V4 assistant turn
   DsmlParserOptions parser;        // chat only
   OutputFormat format;             // what the output must be (text: unconstrained)
+  // Chat with the output starting in reasoning: after this many reasoning tokens the next one
+  // is "</think>" (Anthropic thinking.budget_tokens). < 0: no budget.
+  int64_t reasoning_budget = -1;
   // Test-only: when set, the output is these ids (then EOS) instead of sampled ones.
   std::optional<std::vector<int32_t>> forced;
   // Test-only: >= 0 makes the engine fail after this many tokens (GenerationRequest::test_fail_after).
   int64_t fail_after = -1;
+  // Test-only: the request reaches the scheduler only this long after start(), as if its
+  // prefill took that long (keep-alive tests). Taken in by next(), so someone must call it.
+  std::chrono::milliseconds hold_prefill{0};
+  // Test-only: with forced output, only the prompt's last N tokens go through the engine (> 0).
+  // The answer does not depend on them, and the agent-CLI tests' 30K-token prompts would
+  // otherwise take minutes to prefill on the CPU. Usage still counts the whole prompt.
+  size_t prefill_tail = 0;
 };
 
 struct TokenInfo {
@@ -62,6 +73,7 @@ struct GenOutcome {
   std::string stop_sequence;  // Finish::stop_sequence: which one matched
   std::string error;          // Finish::error / cancelled: why
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  int64_t reasoning_tokens = 0;  // of completion_tokens: generated inside the reasoning (chat)
   double queue_s = 0;   // submit to first token, the prefill included
   double total_s = 0;   // submit to the end
   double decode_s = 0;  // first token to last token
@@ -101,8 +113,11 @@ class Generation {
              std::function<void(const GenOutcome&)> on_finish);
 
  private:
+  // A request held back by spec.hold_prefill goes to the scheduler once its time has come.
+  void release_held();
   // Scheduler-thread side.
   bool on_token(const SampleResult& r);
+  bool over_budget() const;
   void on_done(FinishReason reason, const std::string& error);
   void feed_text(const std::string& text, std::vector<GenEvent>& out);
   void end_text(std::vector<GenEvent>& out);
@@ -112,7 +127,7 @@ class Generation {
   const Tokenizer& tok_;
   GenerationSpec spec_;
   std::function<void(const GenOutcome&)> on_finish_;
-  uint64_t id_ = 0;
+  std::atomic<uint64_t> id_{0};
   std::chrono::steady_clock::time_point t_start_, t_first_, t_last_;
 
   // Touched only by the scheduler thread while the request runs.
@@ -120,6 +135,7 @@ class Generation {
   StopMatcher stops_;
   std::optional<DsmlParser> parser_;
   int64_t generated_ = 0;
+  int64_t reasoning_tokens_ = 0;
   bool saw_eos_ = false;
   bool text_ended_ = false;
 
@@ -131,6 +147,8 @@ class Generation {
   bool done_ = false;
   bool cancel_requested_ = false;
   GenOutcome outcome_;
+  std::optional<GenerationRequest> held_;  // spec.hold_prefill: not yet submitted
+  std::chrono::steady_clock::time_point release_at_;
 };
 
 }  // namespace hs::server

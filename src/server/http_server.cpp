@@ -21,6 +21,7 @@
 #include "server/anthropic_api.h"
 #include "server/json_util.h"
 #include "server/openai_api.h"
+#include "server/responses_api.h"
 #include "util/log.h"
 
 namespace hs::server {
@@ -30,6 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr const char* kForceOutputHeader = "X-HS-Test-Force-Output";
 constexpr const char* kFailAfterHeader = "X-HS-Test-Engine-Fail-After";
+constexpr const char* kHoldPrefillHeader = "X-HS-Test-Hold-Prefill-Ms";
 
 struct Route {
   const char* method;
@@ -39,6 +41,7 @@ constexpr Route kRoutes[] = {
     {"GET", "/health"},           {"GET", "/metrics"},         {"GET", "/v1/models"},
     {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"}, {"POST", "/v1/messages"},
     {"POST", "/v1/messages/count_tokens"}, {"POST", "/tokenize"}, {"POST", "/detokenize"},
+    {"POST", "/v1/responses"},
 };
 
 // The metrics label of a path: a known route, else "other" (bounded cardinality).
@@ -46,6 +49,7 @@ std::string route_label(const std::string& path) {
   for (const auto& r : kRoutes)
     if (path == r.path) return r.path;
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path.rfind("/v1/responses/", 0) == 0) return "/v1/responses/{id}";
   return "other";
 }
 
@@ -207,6 +211,12 @@ struct HttpServer::Impl {
       const ojson v = ojson::parse(req.get_header_value(kFailAfterHeader), nullptr, false);
       if (!v.is_number_unsigned()) throw ApiError(400, cat(kFailAfterHeader, " must be an integer >= 0"));
       info.fail_after = static_cast<int64_t>(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX));
+    }
+    if (req.has_header(kHoldPrefillHeader)) {
+      const ojson v = ojson::parse(req.get_header_value(kHoldPrefillHeader), nullptr, false);
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > 600000)
+        throw ApiError(400, cat(kHoldPrefillHeader, " must be an integer from 0 to 600000"));
+      info.hold_prefill_ms = v.get<int64_t>();
     }
     return info;
   }
@@ -395,7 +405,7 @@ void HttpServer::Impl::routes() {
     svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
     svr.Options(".*", [](const httplib::Request&, httplib::Response& res) {
       res.status = 204;
-      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       res.set_header("Access-Control-Allow-Headers",
                      "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, "
                      "anthropic-dangerous-direct-browser-access, x-stainless-os, x-stainless-lang, "
@@ -425,11 +435,13 @@ void HttpServer::Impl::routes() {
     res.set_content(metrics.render(v), "text/plain; version=0.0.4; charset=utf-8");
   });
   svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-    api(req, res, [](Service& s, const RequestInfo&) { return openai_models(s); });
+    const bool anthropic = req.has_header("anthropic-version");
+    api(req, res, [anthropic](Service& s, const RequestInfo&) { return openai_models(s, anthropic); });
   });
   svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];
-    api(req, res, [&id](Service& s, const RequestInfo&) { return openai_model(s, id); });
+    const bool anthropic = req.has_header("anthropic-version");
+    api(req, res, [&id, anthropic](Service& s, const RequestInfo&) { return openai_model(s, id, anthropic); });
   });
   auto post = [this](const char* path, Reply (*fn)(Service&, const std::string&, const RequestInfo&)) {
     svr.Post(path, [this, fn](const httplib::Request& req, httplib::Response& res) {
@@ -442,6 +454,15 @@ void HttpServer::Impl::routes() {
   post("/v1/messages/count_tokens", [](Service& s, const std::string& b, const RequestInfo&) { return anthropic_count_tokens(s, b); });
   post("/tokenize", [](Service& s, const std::string& b, const RequestInfo&) { return tokenize_endpoint(s, b); });
   post("/detokenize", [](Service& s, const std::string& b, const RequestInfo&) { return detokenize_endpoint(s, b); });
+  post("/v1/responses", openai_responses);
+  svr.Get(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    api(req, res, [&id](Service& s, const RequestInfo&) { return get_response(s, id); });
+  });
+  svr.Delete(R"(/v1/responses/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const std::string id = req.matches[1];
+    api(req, res, [&id](Service& s, const RequestInfo&) { return delete_response(s, id); });
+  });
 }
 
 HttpServer::HttpServer(HttpOptions opts, Metrics& metrics) : impl_(std::make_unique<Impl>(std::move(opts), metrics)) {}

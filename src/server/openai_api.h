@@ -22,8 +22,10 @@ ChatInput openai_chat_input(const Service& svc, const ojson& req);
 
 Reply openai_chat_completions(Service& svc, const std::string& body, const RequestInfo& info);
 Reply openai_completions(Service& svc, const std::string& body, const RequestInfo& info);
-Reply openai_models(const Service& svc);
-Reply openai_model(const Service& svc, const std::string& id);
+// GET /v1/models and /v1/models/{id}: the served name and its aliases; `anthropic` (the request
+// carries anthropic-version) gives Anthropic's shape.
+Reply openai_models(const Service& svc, bool anthropic);
+Reply openai_model(const Service& svc, const std::string& id, bool anthropic);
 Reply tokenize_endpoint(Service& svc, const std::string& body);
 Reply detokenize_endpoint(Service& svc, const std::string& body);
 

@@ -1,10 +1,12 @@
 // POST /v1/chat/completions: request parsing and the two response shapes (one JSON object, or
 // SSE chunks ending with [DONE]).
+#include <chrono>
 #include <ctime>
 
 #include "server/chat_request.h"
 #include "server/json_util.h"
 #include "server/openai_api.h"
+#include "server/output_format.h"
 #include "server/sampling_request.h"
 #include "server/validation.h"
 
@@ -16,14 +18,7 @@ namespace {
 // {"thinking": {"type": "enabled"|"disabled"}}, else reasoning_effort ("none": off), else the default.
 void resolve_thinking(const ojson& req, const Service& svc, ChatInput& in) {
   in.thinking = svc.config().default_thinking;
-  if (auto e = opt_string(req, "reasoning_effort")) {
-    if (auto m = map_reasoning_effort(*e, svc.config().variant)) {
-      in.thinking = !m->chat_mode;
-      in.effort = m->effort;
-    } else {
-      in.thinking = true;  // a level this checkpoint has no text for: thinking, default effort
-    }
-  }
+  if (auto e = opt_string(req, "reasoning_effort")) apply_reasoning_effort(*e, in);
   if (const ojson* th = opt_object(req, "thinking")) {
     const auto type = opt_string(*th, "type");
     if (type != "enabled" && type != "disabled")
@@ -51,6 +46,7 @@ struct ChatMeta {
   std::string id, model;
   int64_t created = 0;
   bool logprobs = false;
+  std::chrono::milliseconds keepalive{0};  // 0: no keep-alive chunks
 };
 
 class ChatJsonWriter : public ResponseWriter {
@@ -118,6 +114,12 @@ class ChatStreamWriter : public ResponseWriter {
     if (!b.done) return out;
     return out + openai_stream_end(b.outcome, chunk(ojson::object(), openai_finish_reason(b.outcome.finish)), base(),
                                    include_usage_);
+  }
+
+  // A chunk with an empty delta: the SDKs skip it, but it is bytes (an SSE comment would be
+  // dropped before any idle timer sees it).
+  std::string keepalive(std::chrono::milliseconds silent) override {
+    return m_.keepalive.count() > 0 && silent >= m_.keepalive ? chunk(ojson::object(), nullptr) : std::string();
   }
 
  private:
@@ -209,7 +211,9 @@ ChatRequest parse_openai_chat(Service& svc, const ojson& req, const RequestInfo&
   else opt_int(req, "max_tokens", 1, INT32_MAX);  // still type-checked
 
   apply_chat(spec, build_chat_prompt(svc.tokenizer(), in), in.tools, svc.new_seed());
-  spec.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : svc.default_max_tokens(spec.prompt.size());
+  spec.format = openai_response_format(opt_object(req, "response_format"));
+  if (auto forced = forced_tool_name(field(req, "tool_choice"), in.tools)) spec.format = forced_tool_call(in.tools, *forced);
+  spec.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : svc.default_max_tokens(spec.prompt.size(), ApiStyle::chat);
   svc.apply_test_hooks(spec, info);
   return out;
 }
@@ -218,12 +222,12 @@ Reply openai_chat_completions(Service& svc, const std::string& body, const Reque
   const ojson req = parse_body(body);
   ChatRequest cr = parse_openai_chat(svc, req, info);
   ChatMeta meta{svc.new_id("chatcmpl-"), svc.config().model_name, static_cast<int64_t>(std::time(nullptr)),
-                cr.spec.logprobs};
+                cr.spec.logprobs, svc.config().keepalive};
   Reply r;
   r.request_id = meta.id;
   r.stream = cr.stream;
   r.job = std::make_shared<Job>();
-  r.job->gen = svc.start(std::move(cr.spec), "chat");
+  r.job->gen = svc.start(std::move(cr.spec), "chat", ApiStyle::chat);
   if (cr.stream) {
     r.content_type = "text/event-stream";
     r.job->writer = std::make_unique<ChatStreamWriter>(std::move(meta), svc.tokenizer(), cr.include_usage);

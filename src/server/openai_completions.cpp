@@ -1,5 +1,6 @@
 // POST /v1/completions (the legacy text completion API): a raw prompt (string or token ids),
 // no chat template, no DSML parsing.
+#include <chrono>
 #include <ctime>
 
 #include "server/json_util.h"
@@ -53,6 +54,7 @@ struct CompletionMeta {
   int64_t created = 0;
   int logprobs = -1;  // -1: off; else the number of alternatives
   std::string echo;   // the prompt text when echo is on
+  std::chrono::milliseconds keepalive{0};  // 0: no keep-alive chunks
 };
 
 // The legacy logprobs object: parallel arrays over the tokens.
@@ -107,6 +109,11 @@ class CompletionWriter : public ResponseWriter {
     if (!b.done) return out;
     return out + openai_stream_end(b.outcome, chunk("", openai_finish_reason(b.outcome.finish), true), base(),
                                    include_usage_);
+  }
+
+  // A chunk with empty text, as the chat stream sends an empty delta.
+  std::string keepalive(std::chrono::milliseconds silent) override {
+    return stream_ && m_.keepalive.count() > 0 && silent >= m_.keepalive ? chunk("", nullptr, false) : std::string();
   }
 
  private:
@@ -170,11 +177,12 @@ Reply openai_completions(Service& svc, const std::string& body, const RequestInf
   meta.id = svc.new_id("cmpl-");
   meta.model = svc.config().model_name;
   meta.created = static_cast<int64_t>(std::time(nullptr));
+  meta.keepalive = svc.config().keepalive;
   Reply r;
   r.request_id = meta.id;
   r.stream = stream;
   r.job = std::make_shared<Job>();
-  r.job->gen = svc.start(std::move(spec), "completions");
+  r.job->gen = svc.start(std::move(spec), "completions", ApiStyle::completions);
   if (stream) r.content_type = "text/event-stream";
   r.job->writer = std::make_unique<CompletionWriter>(std::move(meta), svc.tokenizer(), stream, include_usage);
   return r;

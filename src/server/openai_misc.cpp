@@ -49,12 +49,11 @@ std::string openai_stream_end(const GenOutcome& o, const std::string& final_chun
 
 namespace {
 
-ojson model_card(const Service& svc) {
-  return {{"id", svc.config().model_name},
-          {"object", "model"},
-          {"created", 0},
-          {"owned_by", "hyperstream"},
-          {"max_model_len", svc.ctx_size()}};
+// One card per id the model answers to. The Anthropic shape (a request carrying
+// `anthropic-version`, as Claude Code's model checks do) has type/display_name/created_at.
+ojson model_card(const Service& svc, const std::string& id, bool anthropic) {
+  if (anthropic) return {{"type", "model"}, {"id", id}, {"display_name", id}, {"created_at", "1970-01-01T00:00:00Z"}};
+  return {{"id", id}, {"object", "model"}, {"created", 0}, {"owned_by", "hyperstream"}, {"max_model_len", svc.ctx_size()}};
 }
 
 Reply json_reply(const ojson& v) {
@@ -65,13 +64,19 @@ Reply json_reply(const ojson& v) {
 
 }  // namespace
 
-Reply openai_models(const Service& svc) {
-  return json_reply({{"object", "list"}, {"data", ojson::array({model_card(svc)})}});
+Reply openai_models(const Service& svc, bool anthropic) {
+  ojson data = ojson::array({model_card(svc, svc.config().model_name, anthropic)});
+  for (const auto& alias : svc.config().model_aliases) data.push_back(model_card(svc, alias, anthropic));
+  if (!anthropic) return json_reply({{"object", "list"}, {"data", std::move(data)}});
+  const std::string first = data.front()["id"], last = data.back()["id"];
+  return json_reply({{"data", std::move(data)}, {"has_more", false}, {"first_id", first}, {"last_id", last}});
 }
 
-Reply openai_model(const Service& svc, const std::string& id) {
-  svc.check_model(id);
-  return json_reply(model_card(svc));
+Reply openai_model(const Service& svc, const std::string& id, bool anthropic) {
+  if (!svc.serves(id))
+    throw ApiError(404, cat("the model '", id, "' does not exist; this server serves '", svc.config().model_name, "'"),
+                   "model", "model_not_found");
+  return json_reply(model_card(svc, id, anthropic));
 }
 
 // {"prompt": "text"} (or llama.cpp's "content") or a chat request {"messages": [...], "tools":

@@ -45,6 +45,7 @@ struct Reply {
 struct RequestInfo {
   std::optional<std::string> force_output;  // test hook: X-HS-Test-Force-Output (JSON string)
   std::optional<int64_t> fail_after;        // test hook: X-HS-Test-Engine-Fail-After (tokens)
+  std::optional<int64_t> hold_prefill_ms;   // test hook: X-HS-Test-Hold-Prefill-Ms (GenerationSpec::hold_prefill)
 };
 
 }  // namespace hs::server

@@ -1,14 +1,26 @@
 #include "server/service.h"
 
+#include <algorithm>
+
 #include "server/metrics.h"
+#include "util/log.h"
 
 namespace hs::server {
 
 Service::Service(Scheduler& scheduler, const Tokenizer& tokenizer, ServiceConfig config, Metrics* metrics)
-    : scheduler_(scheduler), tok_(tokenizer), cfg_(std::move(config)), metrics_(metrics), rng_(std::random_device{}()) {}
+    : scheduler_(scheduler),
+      tok_(tokenizer),
+      cfg_(std::move(config)),
+      metrics_(metrics),
+      responses_(cfg_.stored_responses, cfg_.stored_bytes),
+      rng_(std::random_device{}()) {}
+
+bool Service::serves(const std::string& id) const {
+  return id == cfg_.model_name || std::find(cfg_.model_aliases.begin(), cfg_.model_aliases.end(), id) != cfg_.model_aliases.end();
+}
 
 void Service::check_model(const std::optional<std::string>& model) const {
-  if (model && *model != cfg_.model_name)
+  if (model && cfg_.strict_model_name && !serves(*model))
     throw ApiError(404, cat("the model '", *model, "' does not exist; this server serves '", cfg_.model_name, "'"),
                    "model", "model_not_found");
 }
@@ -28,30 +40,79 @@ uint64_t Service::new_seed() {
 
 void Service::apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) const {
   // The forced text is model output: its DSML and think tags are meant as tokens.
+  const ForcedRule* rule = nullptr;
+  if (!(cfg_.test_hooks && info.force_output) && !cfg_.forced_script.empty()) {
+    rule = match_forced_rule(cfg_.forced_script, tok_.decode(spec.prompt));
+    log_info("test script: ", rule ? "forcing \"" + rule->output.substr(0, 60) + "\"" : "no rule matches; sampling");
+  }
   if (cfg_.test_hooks && info.force_output) spec.forced = tok_.encode(*info.force_output);
+  else if (rule) spec.forced = tok_.encode(rule->output);
   else if (cfg_.forced_output) spec.forced = tok_.encode(*cfg_.forced_output);
+  if (spec.forced) spec.prefill_tail = cfg_.test_prefill_tail;
   if (cfg_.test_hooks && info.fail_after) spec.fail_after = *info.fail_after;
+  if (rule && rule->hold_ms > 0) spec.hold_prefill = std::chrono::milliseconds(rule->hold_ms);
+  if (cfg_.test_hooks && info.hold_prefill_ms) spec.hold_prefill = std::chrono::milliseconds(*info.hold_prefill_ms);
 }
 
-int Service::default_max_tokens(size_t prompt_tokens) const {
+namespace {
+
+// The 400 of a request that does not fit the context, in the words of its API (clients parse
+// them: Claude Code retries with a smaller max_tokens on Anthropic's, Qwen Code reads the
+// limit from OpenAI's). max_tokens < 0: the prompt alone leaves no room.
+ApiError context_error(ApiStyle api, int64_t prompt, int64_t max_tokens, int64_t ctx) {
+  const char* code = "context_length_exceeded";
+  const bool prompt_only = max_tokens < 0;
+  switch (api) {
+    case ApiStyle::messages:
+      if (prompt_only) return ApiError(400, cat("prompt is too long: ", prompt, " tokens > ", ctx - 1, " maximum"), "messages", code);
+      return ApiError(400,
+                      cat("input length and `max_tokens` exceed context limit: ", prompt, " + ", max_tokens, " > ", ctx,
+                          ", decrease input length or `max_tokens` and try again"),
+                      "max_tokens", code);
+    case ApiStyle::responses:
+      return ApiError(400,
+                      cat("Your input exceeds the context window of this model. Please adjust your input and try again. (",
+                          prompt, " input tokens", prompt_only ? "" : cat(" + ", max_tokens, " max_output_tokens"),
+                          prompt_only ? " leave no room in " : " > ", "the context size of ", ctx, " tokens)"),
+                      "input", code);
+    case ApiStyle::chat:
+    case ApiStyle::completions: {
+      const bool chat = api == ApiStyle::chat;
+      const std::string head = cat("This model's maximum context length is ", ctx, " tokens. However, ");
+      if (prompt_only)
+        return ApiError(400,
+                        cat(head, chat ? "your messages" : "your prompt", " resulted in ", prompt, " tokens, which leave no room ",
+                            "for the completion. Please reduce the length of the ", chat ? "messages." : "prompt."),
+                        chat ? "messages" : "prompt", code);
+      return ApiError(400,
+                      cat(head, "you requested ", prompt + max_tokens, " tokens (", prompt, chat ? " in the messages, " : " in your prompt, ",
+                          max_tokens, chat ? " in the completion)" : " for the completion)", ". Please reduce the length of the ",
+                          chat ? "messages or completion." : "prompt or completion."),
+                      chat ? "messages" : "prompt", code);
+    }
+  }
+  return ApiError(400, "the request does not fit the context");
+}
+
+}  // namespace
+
+int Service::default_max_tokens(size_t prompt_tokens, ApiStyle api) const {
   const int64_t left = ctx_size() - static_cast<int64_t>(prompt_tokens);
-  if (left < 1)
-    throw ApiError(400,
-                   cat("the prompt has ", prompt_tokens, " tokens, which leaves no room to generate in the context size of ",
-                       ctx_size(), " tokens"),
-                   "messages", "context_length_exceeded");
+  if (left < 1) throw context_error(api, static_cast<int64_t>(prompt_tokens), -1, ctx_size());
   return static_cast<int>(std::min<int64_t>(left, INT32_MAX));
 }
 
-std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* api) {
-  const int64_t need = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
-  if (need > ctx_size())
-    throw ApiError(400,
-                   cat("the prompt has ", spec.prompt.size(), " tokens and max_tokens is ", spec.max_tokens, ": ", need,
-                       " tokens do not fit the context size of ", ctx_size(), " tokens"),
-                   "max_tokens", "context_length_exceeded");
+std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* label, ApiStyle api) {
+  const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
+  if (prompt + spec.max_tokens > ctx_size()) {
+    if (prompt >= ctx_size()) throw context_error(api, prompt, -1, ctx_size());
+    if (!cfg_.clamp_max_tokens) throw context_error(api, prompt, spec.max_tokens, ctx_size());
+    log_info("max_tokens ", spec.max_tokens, " clamped to ", ctx_size() - prompt, " (a prompt of ", prompt,
+             " tokens in a context of ", ctx_size(), ")");
+    spec.max_tokens = static_cast<int>(ctx_size() - prompt);
+  }
   std::function<void(const GenOutcome&)> on_finish;
-  if (metrics_) on_finish = [m = metrics_, a = std::string(api)](const GenOutcome& o) { m->record_generation(a, o); };
+  if (metrics_) on_finish = [m = metrics_, a = std::string(label)](const GenOutcome& o) { m->record_generation(a, o); };
   try {
     return Generation::start(scheduler_, tok_, std::move(spec), std::move(on_finish));
   } catch (const Error& e) {  // rejected by the scheduler (shutting down, bad ids)

@@ -1,6 +1,7 @@
 // The loaded model as the API handlers see it: scheduler, tokenizer, served name, ids and
 // seeds, and the admission checks every API shares.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -12,8 +13,10 @@
 
 #include "engine/scheduler.h"
 #include "server/api_error.h"
+#include "server/forced_script.h"
 #include "server/generation.h"
 #include "server/reply.h"
+#include "server/response_store.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/chat.h"
 
@@ -21,12 +24,30 @@ namespace hs::server {
 
 class Metrics;
 
+// Whose wording a request's errors take (the context-overflow message differs per API).
+enum class ApiStyle { chat, completions, messages, responses };
+
 struct ServiceConfig {
   std::string model_name = "hyperstream";
+  // More ids the model answers to (serve --model-alias), listed by /v1/models after the name.
+  std::vector<std::string> model_aliases;
+  // serve --strict-model-name: a request naming another model gets 404. Off: any `model` is
+  // accepted (one model is served) and every answer carries model_name.
+  bool strict_model_name = false;
+  // serve --clamp-max-tokens: max_tokens beyond the room the context leaves is shrunk to that
+  // room instead of refused.
+  bool clamp_max_tokens = false;
+  // serve --keepalive S: a stream silent this long gets its API's keep-alive event; 0: none.
+  std::chrono::milliseconds keepalive{10000};
+  size_t stored_responses = 256;  // serve --response-store N: /v1/responses kept for GET / previous_response_id
+  size_t stored_bytes = size_t{256} << 20;  // and at most this much of them (JSON bytes)
   ChatVariant variant = ChatVariant::v4;
   bool default_thinking = false;  // thinking mode when a request does not say
   // Test-only (serve --test-force-output): every generation's output is forced to this text.
   std::optional<std::string> forced_output;
+  // Test-only (serve --test-force-script): the forced output chosen by the prompt's last turn.
+  std::vector<ForcedRule> forced_script;
+  size_t test_prefill_tail = 0;  // test-only (serve --test-prefill-tail N): GenerationSpec::prefill_tail
   // Test-only (serve --test-hooks, implied by --test-force-output): the X-HS-Test-* request
   // headers are honoured (RequestInfo).
   bool test_hooks = false;
@@ -40,25 +61,31 @@ class Service {
   const Tokenizer& tokenizer() const { return tok_; }
   const ServiceConfig& config() const { return cfg_; }
   int64_t ctx_size() const { return scheduler_.options().ctx_size; }
+  ResponseStore& responses() { return responses_; }
 
-  // 404 when the request names a model other than the served one (absent is fine).
+  // With strict_model_name, 404 when the request names a model other than the served one or
+  // an alias (absent is fine); otherwise any name is accepted.
   void check_model(const std::optional<std::string>& model) const;
+  // Whether `id` is the served name or an alias (GET /v1/models/{id}).
+  bool serves(const std::string& id) const;
   // prefix + 24 random alphanumerics ("chatcmpl-…", "msg_…").
   std::string new_id(std::string_view prefix);
   uint64_t new_seed();
   // The test hooks of a request (forced output, a forced engine failure), when enabled.
   void apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) const;
-  // max_tokens when the client gave none: what is left of the context (400 when nothing is).
-  int default_max_tokens(size_t prompt_tokens) const;
-  // Checks prompt + max_tokens against the context (400 with the numbers) and submits.
-  // `api` labels the metrics.
-  std::shared_ptr<Generation> start(GenerationSpec spec, const char* api);
+  // max_tokens when the client gave none: what is left of the context (400 when nothing is,
+  // worded as `api` words it).
+  int default_max_tokens(size_t prompt_tokens, ApiStyle api) const;
+  // Checks prompt + max_tokens against the context (400 worded as `api` words it, or with
+  // clamp_max_tokens a smaller max_tokens) and submits. `label` names the API in the metrics.
+  std::shared_ptr<Generation> start(GenerationSpec spec, const char* label, ApiStyle api);
 
  private:
   Scheduler& scheduler_;
   const Tokenizer& tok_;
   ServiceConfig cfg_;
   Metrics* metrics_;
+  ResponseStore responses_;
   std::mutex mu_;
   std::mt19937_64 rng_;
 };

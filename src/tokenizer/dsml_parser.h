@@ -68,6 +68,8 @@ class DsmlParser {
   // End of stream: flushes what was held back; after this feed() is ignored.
   std::vector<ParseEvent> finish();
   const ParsedCompletion& result() const { return result_; }
+  // Still inside the reasoning (before "</think>"): a thinking budget counts these tokens.
+  bool in_reasoning() const { return mode_ == Mode::reasoning; }
 
  private:
   enum class Mode { reasoning, content, tools, raw, done };

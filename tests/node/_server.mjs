@@ -7,11 +7,12 @@ export const CLI = process.env.HS_CLI;
 if (!CLI) throw new Error('HS_CLI (the hyperstream binary) is not set; run these tests through CTest');
 export const MODEL = 'hyperstream-builtin';
 
-// Starts a server; resolves once /health answers 200. `args` are extra serve options.
-export async function startServer(args = [], { threads = 1 } = {}) {
+// Starts a server; resolves once /health answers 200. `args` are extra serve options; `log` its
+// HS_LOG level.
+export async function startServer(args = [], { threads = 1, log = 'error' } = {}) {
   const proc = spawn(CLI, ['serve', '--port', '0', '--threads', String(threads), ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, HS_LOG: 'error' },
+    env: { ...process.env, HS_LOG: log },
   });
   let stderr = '';
   const exited = once(proc, 'exit');

@@ -7,7 +7,7 @@ import { startServer, post, metric, MODEL } from './_server.mjs';
 
 let server;
 before(async () => {
-  server = await startServer(['--max-seqs', '1']);
+  server = await startServer(['--max-seqs', '1', '--strict-model-name']);
 });
 after(async () => {
   assert.equal((await server.stop()).code, 0);
@@ -38,8 +38,8 @@ const CASES = [
   ['max_tokens a string', OPENAI, chat({ max_tokens: '10' }), 400, 'max_tokens', /integer/],
   ['max_tokens fractional', OPENAI, chat({ max_tokens: 1.5 }), 400, 'max_tokens', /integer/],
   ['max_completion_tokens 0', OPENAI, chat({ max_completion_tokens: 0 }), 400, 'max_completion_tokens', /at least 1/],
-  ['max_tokens beyond the context', OPENAI, chat({ max_tokens: 100000 }), 400, 'max_tokens', /100000.*context size of 1024/],
-  ['prompt beyond the context', OPENAI, chat({ messages: [{ role: 'user', content: longText }], max_tokens: null }), 400, 'messages', /tokens.*context size of 1024/],
+  ['max_tokens beyond the context', OPENAI, chat({ max_tokens: 100000 }), 400, 'messages', /^This model's maximum context length is 1024 tokens\. However, you requested \d+ tokens \(\d+ in the messages, 100000 in the completion\)/],
+  ['prompt beyond the context', OPENAI, chat({ messages: [{ role: 'user', content: longText }], max_tokens: null }), 400, 'messages', /maximum context length is 1024 tokens\. However, your messages resulted in \d+ tokens/],
   ['temperature a string', OPENAI, chat({ temperature: 'hot' }), 400, 'temperature', /number/],
   ['temperature too high', OPENAI, chat({ temperature: 5 }), 400, 'temperature', /between 0 and 2/],
   ['top_p zero', OPENAI, chat({ top_p: 0 }), 400, 'top_p', /greater than 0/],
@@ -88,9 +88,9 @@ const ANTHROPIC_CASES = [
   ['messages missing', '/v1/messages', { model: MODEL, max_tokens: 4 }, 400, /messages/],
   ['messages empty', '/v1/messages', anth({ messages: [] }), 400, /empty/],
   ['invalid JSON', '/v1/messages', '{', 400, /not valid JSON/],
-  ['role system in messages', '/v1/messages', anth({ messages: [{ role: 'system', content: 'x' }] }), 400, /role/],
+  ['role tool in messages', '/v1/messages', anth({ messages: [{ role: 'tool', content: 'x' }] }), 400, /role/],
   ['content a number', '/v1/messages', anth({ messages: [{ role: 'user', content: 7 }] }), 400, /content/],
-  ['image block', '/v1/messages', anth({ messages: [{ role: 'user', content: [{ type: 'image', source: {} }] }] }), 400, /image/],
+  ['unknown block type', '/v1/messages', anth({ messages: [{ role: 'user', content: [{ type: 'container_upload', file_id: 'f' }] }] }), 400, /container_upload/],
   ['tool_result without tool_use_id', '/v1/messages', anth({ messages: [{ role: 'user', content: [{ type: 'tool_result', content: 'x' }] }] }), 400, /tool_use_id/],
   ['tool_use without input', '/v1/messages', anth({ messages: [{ role: 'user', content: 'a' }, { role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f' }] }] }), 400, /input/],
   ['tool without input_schema', '/v1/messages', anth({ tools: [{ name: 'f' }] }), 400, /input_schema/],
@@ -99,14 +99,17 @@ const ANTHROPIC_CASES = [
   ['server tool', '/v1/messages', anth({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }), 400, /not supported/],
   ['tool_choice tool without name', '/v1/messages', anth({ tools: [{ name: 'f', input_schema: { type: 'object' } }], tool_choice: { type: 'tool' } }), 400, /name/],
   ['tool_choice names an unknown tool', '/v1/messages', anth({ tools: [{ name: 'f', input_schema: { type: 'object' } }], tool_choice: { type: 'tool', name: 'g' } }), 400, /'g'/],
-  ['thinking budget not below max_tokens', '/v1/messages', anth({ thinking: { type: 'enabled', budget_tokens: 10 } }), 400, /budget_tokens/],
+  ['thinking budget zero', '/v1/messages', anth({ thinking: { type: 'enabled', budget_tokens: 0 } }), 400, /budget_tokens/],
+  ['thinking display unknown', '/v1/messages', anth({ thinking: { type: 'adaptive', display: 'full' } }), 400, /display/],
+  ['output_config.effort unknown', '/v1/messages', anth({ output_config: { effort: 'extreme' } }), 400, /effort/],
+  ['output_format not json_schema', '/v1/messages', anth({ output_format: { type: 'xml' } }), 400, /json_schema/],
   ['thinking of an unknown type', '/v1/messages', anth({ thinking: { type: 'maybe' } }), 400, /thinking/],
   ['temperature above 1', '/v1/messages', anth({ temperature: 1.5 }), 400, /between 0 and 1/],
   ['stop_sequences a string', '/v1/messages', anth({ stop_sequences: 'STOP' }), 400, /array/],
   ['system a number', '/v1/messages', anth({ system: 5 }), 400, /system/],
   ['metadata a string', '/v1/messages', anth({ metadata: 'x' }), 400, /object/],
   ['unknown model', '/v1/messages', anth({ model: 'claude-9' }), 404, /claude-9/],
-  ['beyond the context', '/v1/messages', anth({ max_tokens: 5000 }), 400, /context size of 1024/],
+  ['beyond the context', '/v1/messages', anth({ max_tokens: 5000 }), 400, /^input length and `max_tokens` exceed context limit: \d+ \+ 5000 > 1024, decrease input length or `max_tokens` and try again$/],
   ['count_tokens: messages missing', '/v1/messages/count_tokens', { model: MODEL }, 400, /messages/],
 ];
 
