@@ -384,7 +384,7 @@ void Scheduler::step_once() {
         r.top.clear();
       }
       if (s.req.override_token) {
-        if (const int32_t t = s.req.override_token(s.generated); t >= 0 && t != r.token) {
+        if (const int32_t t = s.req.override_token(s.generated()); t >= 0 && t != r.token) {
           r.token = t;
           r.logprob = 0;
           r.top.clear();
