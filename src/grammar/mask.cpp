@@ -26,7 +26,18 @@ void walk(const Grammar& g, std::vector<Frame>& arena, std::vector<Top> start, c
     arena.resize(par.arena);
     uint8_t flags = 0;
     const size_t begin = buf.size();
-    step(g, arena, buf, par.begin, par.end, trie.byte[i], buf, flags);
+    if (par.end - par.begin == 1) {  // the common case, without the general step's work
+      const Top t = buf[par.begin];
+      const int32_t next = g.next(t.node, trie.byte[i]);
+      if (next >= 0 && g.nodes[static_cast<size_t>(next)].simple) {
+        buf.push_back({next, t.parent});
+      } else if (next >= 0) {
+        close_at(g, arena, next, t.parent, buf, flags);
+        dedupe(arena, buf, begin);
+      }
+    } else if (par.end > par.begin) {
+      step(g, arena, buf, par.begin, par.end, trie.byte[i], buf, flags);
+    }
     lv[d] = {begin, buf.size(), arena.size()};
     const bool live = buf.size() > begin;
     if (!visit(i, live, flags, d) && !live) {
@@ -67,9 +78,15 @@ std::shared_ptr<const MaskEntry> MaskCache::entry(int32_t node) {
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<const MaskEntry> e = build(node);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const size_t size = e->dense.size() * 8 + e->sparse.size() * 4 + e->rest.size() * 11 + e->rest.tokens.size() * 4;
   std::lock_guard<std::mutex> lk(mu_);
   stats_.entries++;
   stats_.build_seconds += secs;
+  if (bytes_ + size > kMaxBytes) {  // (entries in use live on: they are shared)
+    entries_.clear();
+    bytes_ = 0;
+  }
+  bytes_ += size;
   return entries_.emplace(k, std::move(e)).first->second;
 }
 

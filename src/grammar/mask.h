@@ -52,7 +52,11 @@ class MaskCache {
   std::shared_ptr<const Vocabulary> v_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, std::shared_ptr<const MaskEntry>> entries_;
+  size_t bytes_ = 0;  // of the entries kept; past kMaxBytes the cache starts afresh
   MaskStats stats_;
+
+ public:
+  static constexpr size_t kMaxBytes = size_t{256} << 20;
 };
 
 // The tokens allowed after `m`'s input: ordinary tokens by the cache, each of `specials` (added

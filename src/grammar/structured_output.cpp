@@ -99,6 +99,10 @@ void GrammarConstraint::mask(float* logits, int64_t vocab) {
     const uint64_t word = bits_[static_cast<size_t>(w)];
     if (word == ~uint64_t{0}) continue;
     const int64_t end = std::min<int64_t>(n, (w + 1) * 64);
+    if (word == 0) {
+      std::fill(logits + w * 64, logits + end, kOff);
+      continue;
+    }
     for (int64_t i = w * 64; i < end; ++i)
       if (!((word >> (i & 63)) & 1)) logits[i] = kOff;
   }

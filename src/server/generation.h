@@ -35,6 +35,8 @@ struct GenerationSpec {
   bool chat = false;               // parse the output as a DeepSeek-V4 assistant turn
   DsmlParserOptions parser;        // chat only
   OutputFormat format;             // what the output must be (text: unconstrained)
+  // The format compiled for the scheduler (Service::start fills it from `format`).
+  std::shared_ptr<TokenConstraint> constraint;
   // Test-only: when set, the output is these ids (then EOS) instead of sampled ones.
   std::optional<std::vector<int32_t>> forced;
   // Test-only: >= 0 makes the engine fail after this many tokens (GenerationRequest::test_fail_after).

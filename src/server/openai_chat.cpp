@@ -47,6 +47,37 @@ ojson logprob_entries(const Tokenizer& tok, const std::vector<TokenInfo>& tokens
   return out;
 }
 
+// What the answer must be: response_format json_object / json_schema, or a tool_choice naming
+// one function (it wins: the answer is then that call). Service::start enforces it.
+void apply_output_format(const ojson& req, const ChatInput& in, OutputFormat& f) {
+  if (in.response_format.is_object()) {
+    const std::string type = in.response_format.value("type", "");
+    if (type == "json_object") f.kind = OutputFormat::Kind::json_object;
+    if (type == "json_schema") {
+      const ojson* js = opt_object(in.response_format, "json_schema");
+      if (!js) bad_request("response_format", "'response_format.json_schema' is required with type \"json_schema\"");
+      f.kind = OutputFormat::Kind::json_schema;
+      f.name = opt_string(*js, "name").value_or("");
+      f.strict = opt_bool(*js, "strict").value_or(false);
+      if (const ojson* schema = field(*js, "schema")) {
+        if (!schema->is_object() && !schema->is_boolean())
+          bad_request("response_format", "'response_format.json_schema.schema' must be a JSON Schema object, got ",
+                      describe_type(*schema));
+        f.schema = *schema;
+      }
+    }
+  }
+  const ojson* choice = field(req, "tool_choice");
+  if (!choice || !choice->is_object() || in.tools.is_null()) return;
+  const ojson& name = (*choice)["function"]["name"];  // checked by check_tool_choice
+  for (const auto& t : in.tools)
+    if (t["function"]["name"] == name) {
+      f.kind = OutputFormat::Kind::tool_call;
+      f.name = name.get<std::string>();
+      f.schema = t["function"].value("parameters", ojson());
+    }
+}
+
 struct ChatMeta {
   std::string id, model;
   int64_t created = 0;
@@ -209,6 +240,7 @@ ChatRequest parse_openai_chat(Service& svc, const ojson& req, const RequestInfo&
   else opt_int(req, "max_tokens", 1, INT32_MAX);  // still type-checked
 
   apply_chat(spec, build_chat_prompt(svc.tokenizer(), in), in.tools, svc.new_seed());
+  apply_output_format(req, in, spec.format);
   spec.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : svc.default_max_tokens(spec.prompt.size());
   svc.apply_test_hooks(spec, info);
   return out;

@@ -5,7 +5,12 @@
 namespace hs::server {
 
 Service::Service(Scheduler& scheduler, const Tokenizer& tokenizer, ServiceConfig config, Metrics* metrics)
-    : scheduler_(scheduler), tok_(tokenizer), cfg_(std::move(config)), metrics_(metrics), rng_(std::random_device{}()) {}
+    : scheduler_(scheduler),
+      tok_(tokenizer),
+      cfg_(std::move(config)),
+      metrics_(metrics),
+      structured_(tokenizer),
+      rng_(std::random_device{}()) {}
 
 void Service::check_model(const std::optional<std::string>& model) const {
   if (model && *model != cfg_.model_name)
@@ -43,6 +48,29 @@ int Service::default_max_tokens(size_t prompt_tokens) const {
   return static_cast<int>(std::min<int64_t>(left, INT32_MAX));
 }
 
+// The test hook's forced output is not constrained: it is what the test asked for.
+std::shared_ptr<TokenConstraint> Service::compile_format(const GenerationSpec& spec) {
+  const OutputFormat& f = spec.format;
+  const bool call = f.kind == OutputFormat::Kind::tool_call;
+  const char* param = call ? "tool_choice" : "response_format";
+  if (spec.ignore_eos) throw ApiError(400, "'ignore_eos' cannot be combined with a structured output format", "ignore_eos");
+  grammar::OutputSpec os;
+  os.kind = call ? grammar::OutputSpec::Kind::tool_call
+               : f.kind == OutputFormat::Kind::json_object ? grammar::OutputSpec::Kind::json_object
+                                                           : grammar::OutputSpec::Kind::json_schema;
+  os.schema = f.kind == OutputFormat::Kind::json_schema && f.schema.is_null() ? ojson::object() : f.schema;
+  os.tool_name = f.name;
+  os.reasoning_first = spec.chat && spec.parser.start_in_reasoning;
+  try {
+    return structured_.constraint(os);
+  } catch (const Error& e) {  // SchemaError: unsupported or invalid; else too large
+    throw ApiError(400,
+                   call ? cat("the parameters of the tool '", f.name, "' cannot be enforced: ", e.what())
+                        : cat("the response format's JSON schema cannot be enforced: ", e.what()),
+                   param, "unsupported_schema");
+  }
+}
+
 std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* api) {
   const int64_t need = static_cast<int64_t>(spec.prompt.size()) + spec.max_tokens;
   if (need > ctx_size())
@@ -50,6 +78,7 @@ std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* api)
                    cat("the prompt has ", spec.prompt.size(), " tokens and max_tokens is ", spec.max_tokens, ": ", need,
                        " tokens do not fit the context size of ", ctx_size(), " tokens"),
                    "max_tokens", "context_length_exceeded");
+  if (spec.format.kind != OutputFormat::Kind::text && !spec.forced) spec.constraint = compile_format(spec);
   std::function<void(const GenOutcome&)> on_finish;
   if (metrics_) on_finish = [m = metrics_, a = std::string(api)](const GenOutcome& o) { m->record_generation(a, o); };
   try {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "grammar/structured_output.h"
 #include "server/api_error.h"
 #include "server/generation.h"
 #include "server/reply.h"
@@ -50,15 +51,18 @@ class Service {
   void apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) const;
   // max_tokens when the client gave none: what is left of the context (400 when nothing is).
   int default_max_tokens(size_t prompt_tokens) const;
-  // Checks prompt + max_tokens against the context (400 with the numbers) and submits.
-  // `api` labels the metrics.
+  // Checks prompt + max_tokens against the context (400 with the numbers), compiles
+  // spec.format into its token constraint (400 naming an unsupported schema feature) and
+  // submits. `api` labels the metrics.
   std::shared_ptr<Generation> start(GenerationSpec spec, const char* api);
 
  private:
+  std::shared_ptr<TokenConstraint> compile_format(const GenerationSpec& spec);
   Scheduler& scheduler_;
   const Tokenizer& tok_;
   ServiceConfig cfg_;
   Metrics* metrics_;
+  grammar::StructuredOutput structured_;  // compiled output formats, shared by requests
   std::mutex mu_;
   std::mt19937_64 rng_;
 };
