@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Aggregate decode throughput of a running `hyperstream serve` at several concurrency levels.
 
-At each level N of --streams: N concurrent greedy chat requests of --max-tokens tokens each
-(ignore_eos, streamed with usage), wall-clock timed from the first request sent to the last
-stream ended. Prints a markdown table (streams | aggregate tok/s | per-stream tok/s | TTFT p50
-ms | requests ok); --json FILE writes the same numbers. TTFT is the time to the first content
-or reasoning delta. Python 3 standard library only (the GPU lease machine has nothing else).
+At each level N of --streams: N concurrent greedy chat requests (or seeded ones at
+--temperature T) of --max-tokens tokens each (ignore_eos, streamed with usage), wall-clock
+timed from the first request sent to the last stream ended. Prints a markdown table (streams |
+aggregate tok/s | per-stream tok/s | TTFT p50 ms | requests ok); --json FILE writes the same
+numbers. TTFT is the time to the first content or reasoning delta. Python 3 standard library
+only (the GPU lease machine has nothing else).
 
 A random model whose vocabulary is larger than its tokenizer's (`serve --synthetic flash`: 129280
 ids, the built-in tokenizer's 730) streams text only for the few ids the tokenizer has, so its
@@ -47,6 +48,8 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=600, metavar="S", help="seconds one request may take (default 600)")
     p.add_argument("--api-key", metavar="KEY", help="sent as Authorization: Bearer KEY")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--temperature", type=float, default=0, metavar="T",
+                   help="sampling temperature (default 0: greedy)")
     p.add_argument("--response-format", metavar="JSON", type=json.loads,
                    help="send this response_format (structured output) instead of ignore_eos")
     p.add_argument("--label", metavar="TEXT", help="recorded in the JSON (e.g. the serve command line)")
@@ -104,7 +107,8 @@ def one_request(args, i, max_tokens):
     body = {
         "messages": [{"role": "user", "content": f"Request {i}: tell me a story."}],
         "max_tokens": max_tokens,
-        "temperature": 0,
+        "temperature": args.temperature,
+        "seed": 1000 + i,
         "stream": True,
         "stream_options": {"include_usage": True},
     }

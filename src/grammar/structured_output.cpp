@@ -1,5 +1,6 @@
 #include "grammar/structured_output.h"
 
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -103,8 +104,10 @@ void GrammarConstraint::mask(float* logits, int64_t vocab) {
       std::fill(logits + w * 64, logits + end, kOff);
       continue;
     }
-    for (int64_t i = w * 64; i < end; ++i)
-      if (!((word >> (i & 63)) & 1)) logits[i] = kOff;
+    for (uint64_t off = ~word; off != 0; off &= off - 1) {  // only the masked ids
+      const int64_t i = w * 64 + std::countr_zero(off);
+      if (i < end) logits[i] = kOff;
+    }
   }
   for (int64_t i = n; i < vocab; ++i) logits[i] = kOff;  // ids the tokenizer does not have
 }
