@@ -253,3 +253,25 @@ TEST(GrammarMask, JsonObjectIsAnyObject) {
   }
   EXPECT_GT(done, 0);
 }
+
+TEST(GrammarMask, DeepNestingKeepsTheStateExact) {
+  // Thousands of open arrays: the matcher's frame arena is compacted many times meanwhile.
+  const auto v = synthetic_vocab();
+  OutputSpec spec;
+  spec.kind = OutputSpec::Kind::json_object;
+  const auto out = compile_output(spec, v);
+  GrammarConstraint c(out);
+  const int32_t open = synthetic().encode_plain("[")[0], close = synthetic().encode_plain("]")[0];
+  c.accept(synthetic().encode_plain("{")[0]);
+  for (int32_t id : synthetic().encode_plain("\"a\":")) c.accept(id);
+  for (int i = 0; i < 5000; ++i) c.accept(open);
+  c.compute();
+  TokenBits brute;
+  brute_force_mask(c.matcher(), *v, out->specials, brute);
+  EXPECT_EQ(allowed(c.last_mask(), v->size()), allowed(brute, v->size()));
+  EXPECT_THROW(c.accept(synthetic().encode_plain("}")[0]), Error);  // arrays still open
+  for (int i = 0; i < 5000; ++i) c.accept(close);
+  EXPECT_FALSE(c.finished());
+  c.accept(synthetic().encode_plain("}")[0]);
+  EXPECT_TRUE(c.finished());
+}

@@ -106,21 +106,27 @@ bool Matcher::feed(std::string_view bytes) {
   return true;
 }
 
-// Copies the frames the stacks still use to the front of the arena.
+// Copies the frames the stacks still use to the front of the arena (iteratively: a stack can
+// be as deep as the output is nested).
 void Matcher::compact() {
   std::vector<Frame> fresh;
   std::unordered_map<int32_t, int32_t> moved;
-  auto copy = [&](auto&& self, int32_t f) -> int32_t {
-    if (f < 0) return f;
-    if (auto it = moved.find(f); it != moved.end()) return it->second;
-    const Frame old = arena_[static_cast<size_t>(f)];
-    const int32_t parent = self(self, old.parent);
-    fresh.push_back({old.node, parent});
-    const auto id = static_cast<int32_t>(fresh.size()) - 1;
-    moved[f] = id;
-    return id;
-  };
-  for (Top& t : tops_) t.parent = copy(copy, t.parent);
+  std::vector<int32_t> chain;
+  for (Top& t : tops_) {
+    chain.clear();
+    int32_t f = t.parent;
+    while (f >= 0 && !moved.count(f)) {
+      chain.push_back(f);
+      f = arena_[static_cast<size_t>(f)].parent;
+    }
+    int32_t below = f < 0 ? f : moved[f];
+    for (size_t k = chain.size(); k-- > 0;) {
+      fresh.push_back({arena_[static_cast<size_t>(chain[k])].node, below});
+      below = static_cast<int32_t>(fresh.size()) - 1;
+      moved[chain[k]] = below;
+    }
+    t.parent = t.parent < 0 ? t.parent : moved[t.parent];
+  }
   arena_ = std::move(fresh);
   arena_size_ = arena_.size();
 }
