@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Aggregate decode throughput of a running `hyperstream serve` at several concurrency levels.
 
-At each level N of --streams: N concurrent greedy chat requests of --max-tokens tokens each
-(ignore_eos, streamed with usage), wall-clock timed from the first request sent to the last
-stream ended. Prints a markdown table (streams | aggregate tok/s | per-stream tok/s | TTFT p50
-ms | requests ok); --json FILE writes the same numbers. TTFT is the time to the first content
-or reasoning delta. Python 3 standard library only (the GPU lease machine has nothing else).
+At each level N of --streams: N concurrent greedy chat requests (or seeded ones at
+--temperature T) of --max-tokens tokens each (ignore_eos, streamed with usage), wall-clock
+timed from the first request sent to the last stream ended. Prints a markdown table (streams |
+aggregate tok/s | per-stream tok/s | TTFT p50 ms | requests ok); --json FILE writes the same
+numbers. TTFT is the time to the first content or reasoning delta. Python 3 standard library
+only (the GPU lease machine has nothing else).
 
 A random model whose vocabulary is larger than its tokenizer's (`serve --synthetic flash`: 129280
 ids, the built-in tokenizer's 730) streams text only for the few ids the tokenizer has, so its
@@ -14,6 +15,11 @@ time to the first token of each request (its access log's ttft_ms: queue + prefi
 
   python3 scripts/bench_server.py [--url http://127.0.0.1:8000] [--streams 1,8,32]
                                   [--max-tokens 256] [--wait S] [--json FILE] [--server-log FILE]
+
+--response-format JSON sends that response_format (e.g. '{"type": "json_object"}') instead of
+ignore_eos: structured output, sampled under its token mask; a request then ends when its value
+is complete (--max-tokens is a cap), the aggregate counts the tokens it had, and the warm-up
+request runs in full so that the levels see the schema's mask cache warm.
 
 Exit status 1 when a request failed (the table is printed all the same), 2 on bad usage or
 a server that did not become ready within --wait seconds.
@@ -42,6 +48,10 @@ def parse_args(argv):
     p.add_argument("--timeout", type=float, default=600, metavar="S", help="seconds one request may take (default 600)")
     p.add_argument("--api-key", metavar="KEY", help="sent as Authorization: Bearer KEY")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--temperature", type=float, default=0, metavar="T",
+                   help="sampling temperature (default 0: greedy)")
+    p.add_argument("--response-format", metavar="JSON", type=json.loads,
+                   help="send this response_format (structured output) instead of ignore_eos")
     p.add_argument("--label", metavar="TEXT", help="recorded in the JSON (e.g. the serve command line)")
     p.add_argument("--server-log", metavar="FILE",
                    help="the server's stderr: adds its first-token time per request (access log ttft_ms)")
@@ -97,11 +107,15 @@ def one_request(args, i, max_tokens):
     body = {
         "messages": [{"role": "user", "content": f"Request {i}: tell me a story."}],
         "max_tokens": max_tokens,
-        "temperature": 0,
-        "ignore_eos": True,
+        "temperature": args.temperature,
+        "seed": 1000 + i,
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if args.response_format is not None:
+        body["response_format"] = args.response_format
+    else:
+        body["ignore_eos"] = True
     req = urllib.request.Request(args.url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"content-type": "application/json"})
     if args.api_key:
@@ -208,7 +222,7 @@ def main(argv=None):
         print(f"bench_server: note: the server decodes at most {max_seqs} sequences together (--max-seqs); "
               "the rest of a level queues", file=sys.stderr)
     for i in range(args.warmup):
-        r = one_request(args, -1 - i, min(16, args.max_tokens))
+        r = one_request(args, -1 - i, args.max_tokens if args.response_format is not None else min(16, args.max_tokens))
         if not r["ok"]:
             print(f"bench_server: warm-up request failed: {r['error']}", file=sys.stderr)
 
@@ -238,6 +252,7 @@ def main(argv=None):
             "model": health.get("model"),
             "max_seqs": max_seqs,
             "max_tokens": args.max_tokens,
+            "response_format": args.response_format,
             "levels": levels,
         }
         with open(args.json, "w") as f:

@@ -16,7 +16,7 @@ struct Outcome {
 // Submits `prompt` with these sampling parameters; the future resolves when it finishes.
 inline std::future<Outcome> generate(Scheduler& s, std::vector<int32_t> prompt, int max_tokens,
                                      const SamplingParams& sampling, std::vector<int32_t> stops = {},
-                                     int64_t fail_after = -1) {
+                                     int64_t fail_after = -1, std::shared_ptr<TokenConstraint> constraint = nullptr) {
   auto prom = std::make_shared<std::promise<Outcome>>();
   auto out = std::make_shared<Outcome>();
   GenerationRequest r;
@@ -25,6 +25,7 @@ inline std::future<Outcome> generate(Scheduler& s, std::vector<int32_t> prompt, 
   r.sampling = sampling;
   r.stop_tokens = std::move(stops);
   r.test_fail_after = fail_after;
+  r.constraint = std::move(constraint);
   r.on_token = [out](const SampleResult& x) {
     out->tokens.push_back(x.token);
     return true;

@@ -376,4 +376,55 @@ TEST_F(SchedulerTest, ForcedTokensAndShutdown) {
   EXPECT_THROW(go(s, {1}, 2), Error);
 }
 
+// A constraint that allows, at step k, only the tokens {10 + 2k, 11 + 2k}, and is finished
+// after `len` tokens; it records what it was told.
+class StepConstraint : public TokenConstraint {
+ public:
+  explicit StepConstraint(int len) : len_(len) {}
+  void mask(float* logits, int64_t vocab) override {
+    ++masks;
+    for (int64_t i = 0; i < vocab; ++i)
+      if (i != 10 + 2 * step_ && i != 11 + 2 * step_) logits[i] = -INFINITY;
+  }
+  void accept(int32_t token) override {
+    HS_CHECK(token == 10 + 2 * step_ || token == 11 + 2 * step_, "token ", token, " not allowed");
+    ++step_;
+  }
+  bool finished() const override { return step_ >= len_; }
+  int masks = 0;
+
+ private:
+  int len_, step_ = 0;
+};
+
+TEST_F(SchedulerTest, ConstrainedRequestsSampleUnderTheMaskAndEndWhenComplete) {
+  Scheduler s(*engine_, SchedulerOptions{});
+  for (float temperature : {0.0f, 1.0f}) {
+    auto c = std::make_shared<StepConstraint>(5);
+    SamplingParams p;
+    p.temperature = temperature;
+    p.seed = 5;
+    const test::Outcome got = test::generate(s, {1, 2, 3}, 50, p, {}, -1, c).get();
+    EXPECT_EQ(got.reason, FinishReason::Stop);  // complete: no EOS, no max_tokens
+    ASSERT_EQ(got.tokens.size(), 5u);
+    for (int k = 0; k < 5; ++k) EXPECT_TRUE(got.tokens[k] == 10 + 2 * k || got.tokens[k] == 11 + 2 * k) << k;
+    EXPECT_EQ(c->masks, 5);
+  }
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.constrained_tokens, 10);
+  EXPECT_EQ(st.device_sampled_tokens, 0);
+  // A forced token the constraint refuses fails the request.
+  auto prom = std::make_shared<std::promise<std::pair<FinishReason, std::string>>>();
+  GenerationRequest r;
+  r.prompt = {1};
+  r.max_tokens = 4;
+  r.constraint = std::make_shared<StepConstraint>(3);
+  r.forced_token = [](int64_t) { return int32_t{99}; };
+  r.on_done = [prom](FinishReason f, const std::string& e) { prom->set_value({f, e}); };
+  s.submit(std::move(r));
+  const auto [reason, error] = prom->get_future().get();
+  EXPECT_EQ(reason, FinishReason::Error);
+  EXPECT_NE(error.find("token 99 not allowed"), std::string::npos);
+}
+
 }  // namespace

@@ -2,11 +2,45 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <numeric>
 
 #include "util/error.h"
 
 namespace hs {
+
+namespace {
+
+// Sorts ids (given in ascending order) by (logit desc, id asc): a stable LSD radix sort on the
+// logits' order-preserving bit patterns, the same order as comparing the floats (-0 as +0),
+// in four linear passes instead of a comparison sort (a 129,280-id row: ~1 ms, not ~15).
+void radix_sort_desc(const float* logits, std::vector<int32_t>& ids) {
+  const size_t n = ids.size();
+  std::vector<uint32_t> key(n), key2(n);
+  std::vector<int32_t> ids2(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float f = logits[ids[i]] == 0.0f ? 0.0f : logits[ids[i]];
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);  // ascending with the float
+    key[i] = ~u;                                      // descending
+  }
+  for (int shift = 0; shift < 32; shift += 8) {
+    size_t count[257] = {};
+    for (size_t i = 0; i < n; ++i) ++count[((key[i] >> shift) & 0xFF) + 1];
+    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = count[(key[i] >> shift) & 0xFF]++;
+      key2[at] = key[i];
+      ids2[at] = ids[i];
+    }
+    key.swap(key2);
+    ids.swap(ids2);
+  }
+}
+
+}  // namespace
 
 int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, float u, std::vector<int32_t>& idx) {
   if (!draws_uniform(p)) {
@@ -17,16 +51,27 @@ int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, 
   }
   // Candidates by (logit desc, id asc): the same order as z = logit / temperature.
   auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  const int64_t m = p.top_k > 0 ? std::min<int64_t>(p.top_k, vocab) : vocab;
-  idx.resize(static_cast<size_t>(vocab));
-  std::iota(idx.begin(), idx.end(), 0);
-  if (m < vocab) std::nth_element(idx.begin(), idx.begin() + m, idx.end(), before);
+  // Masked tokens (-inf: structured output) have no mass and sort last: leaving them out
+  // changes no pick and makes a small mask cheap.
+  idx.clear();
+  for (int64_t i = 0; i < vocab; ++i)
+    if (logits[i] != -std::numeric_limits<float>::infinity()) idx.push_back(static_cast<int32_t>(i));
+  if (idx.empty()) {
+    idx.resize(static_cast<size_t>(vocab));
+    std::iota(idx.begin(), idx.end(), 0);
+  }
+  const auto n = static_cast<int64_t>(idx.size());
+  const int64_t m = p.top_k > 0 ? std::min<int64_t>(p.top_k, n) : n;
+  if (m < n) std::nth_element(idx.begin(), idx.begin() + m, idx.end(), before);
   idx.resize(static_cast<size_t>(m));
-  std::sort(idx.begin(), idx.end(), before);
-  // e_i = p_i / p_0, in float as the device computes it; sums in double.
+  if (m > 4096 && m == n) radix_sort_desc(logits, idx);
+  else std::sort(idx.begin(), idx.end(), before);
+  // e_i = p_i / p_0, in float as the device computes it (once each); sums in double.
   const float inv_t = 1.0f / p.temperature;
   const float z0 = logits[idx[0]] * inv_t;
-  auto e = [&](int64_t i) { return static_cast<double>(std::exp(logits[idx[static_cast<size_t>(i)]] * inv_t - z0)); };
+  std::vector<float> ev(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) ev[static_cast<size_t>(i)] = std::exp(logits[idx[static_cast<size_t>(i)]] * inv_t - z0);
+  auto e = [&](int64_t i) { return static_cast<double>(ev[static_cast<size_t>(i)]); };
   // min-p: e_i is non-increasing, so the survivors are a prefix (at least the first).
   int64_t m2 = m;
   if (p.min_p > 0.0f) {
@@ -62,11 +107,14 @@ SampleResult Sampler::sample(const float* logits, int64_t vocab, float u) {
   HS_CHECK(vocab > 0, "sampler: empty vocabulary");
   SampleResult res;
   // Log-softmax of the raw logits (what logprobs report).
-  float mx = logits[0];
-  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, logits[i]);
-  double z = 0;
-  for (int64_t i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(logits[i] - mx));
-  const float log_z = mx + static_cast<float>(std::log(z));
+  float log_z = 0;
+  if (p_.logprob || p_.top_logprobs > 0) {
+    float mx = logits[0];
+    for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, logits[i]);
+    double z = 0;
+    for (int64_t i = 0; i < vocab; ++i) z += std::exp(static_cast<double>(logits[i] - mx));
+    log_z = mx + static_cast<float>(std::log(z));
+  }
 
   const float* w = logits;
   if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
@@ -77,7 +125,7 @@ SampleResult Sampler::sample(const float* logits, int64_t vocab, float u) {
   }
   const int32_t chosen = pick_token(w, vocab, p_, u, idx_);
   res.token = chosen;
-  res.logprob = logits[chosen] - log_z;
+  if (p_.logprob || p_.top_logprobs > 0) res.logprob = logits[chosen] - log_z;
   if (p_.top_logprobs > 0) {
     const int64_t n = std::min<int64_t>(p_.top_logprobs, vocab);
     std::vector<int32_t> order(static_cast<size_t>(vocab));

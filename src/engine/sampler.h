@@ -19,6 +19,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
   int top_logprobs = 0;      // how many alternatives to report (0..20)
+  // Fill SampleResult::logprob (a log-softmax over the whole row: on the host, a pass of exp
+  // over the vocabulary that requests without logprobs need not pay).
+  bool logprob = true;
 };
 
 struct TokenLogprob {
@@ -30,7 +33,7 @@ struct TokenLogprob {
 // scheduler does that only for requests that did not ask for logprobs) has logprob 0, top empty.
 struct SampleResult {
   int32_t token = -1;
-  float logprob = 0.0f;
+  float logprob = 0.0f;           // (0 unless SamplingParams::logprob)
   std::vector<TokenLogprob> top;  // the top_logprobs most likely tokens
 };
 

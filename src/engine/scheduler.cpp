@@ -176,7 +176,9 @@ void Scheduler::loop() {
         s->admitted = next_admitted_++;
         s->req = std::move(req);
         s->seq->reset();
-        s->sampler = std::make_unique<Sampler>(s->req.sampling);
+        SamplingParams sp = s->req.sampling;
+        sp.logprob = s->req.logprobs;  // (only such requests read it)
+        s->sampler = std::make_unique<Sampler>(sp);
         s->feed = s->req.prompt;
         s->feed_done = 0;
         s->feed_samples = true;
@@ -306,7 +308,7 @@ void Scheduler::step_once() {
       if (item.output) {
         const GenerationRequest& q = s->req;
         const SamplingParams& p = q.sampling;
-        if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token &&
+        if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token && !q.constraint &&
             p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) {
           if (!s->device_drawn) {
             s->device = StepSample{{p.temperature, p.top_k, p.top_p, p.min_p, s->sampler->next_uniform()}};
@@ -375,6 +377,10 @@ void Scheduler::step_once() {
     try {
       // A device request that fell back (no sampler on the backend) uses the uniform it drew.
       const StepSample* dev = items[i].sample;
+      TokenConstraint* constraint = s.req.constraint.get();
+      const auto tc = std::chrono::steady_clock::now();
+      if (constraint) constraint->mask(s.logits.data(), engine_.config().vocab_size);
+      double constraint_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
       SampleResult r;
       if (dev && dev->sampled) r.token = dev->token;
       else if (dev) r = s.sampler->sample(s.logits.data(), engine_.config().vocab_size, dev->spec.u);
@@ -390,6 +396,11 @@ void Scheduler::step_once() {
           r.top.clear();
         }
       }
+      if (constraint) {  // throws when a forced token breaks the format: the request fails
+        const auto ta = std::chrono::steady_clock::now();
+        constraint->accept(r.token);
+        constraint_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
+      }
       s.sampler->accept(r.token);
       s.last = r.token;
       s.out.push_back(r.token);
@@ -397,10 +408,15 @@ void Scheduler::step_once() {
         std::lock_guard<std::mutex> lk(mu_);
         stats_.generated_tokens_total++;
         if (dev && dev->sampled) stats_.device_sampled_tokens++;
+        if (constraint) {
+          stats_.constrained_tokens++;
+          stats_.constraint_seconds += constraint_secs;
+        }
       }
       const bool go_on = !s.req.on_token || s.req.on_token(r);
       const bool is_stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), r.token) != s.req.stop_tokens.end();
-      if (!go_on || is_stop) finish(s, FinishReason::Stop, "");
+      // A complete structured output ends the request without waiting for EOS.
+      if (!go_on || is_stop || (constraint && constraint->finished())) finish(s, FinishReason::Stop, "");
       else if (s.generated() >= s.req.max_tokens) finish(s, FinishReason::Length, "");
     } catch (const std::exception& e) {
       log_warn("request ", s.id, " failed: ", e.what());

@@ -25,6 +25,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "engine/token_constraint.h"
 
 namespace hs {
 
@@ -39,6 +40,9 @@ struct GenerationRequest {
   // the host sampler fills them, so such a request is never sampled on the device.
   bool logprobs = false;
   std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these (e.g. EOS)
+  // Structured output: masks the logits before sampling (so the request is sampled on the
+  // host), is told every token, and ends the request once the output is complete.
+  std::shared_ptr<TokenConstraint> constraint;
   // Called for each generated token; return false to stop (e.g. a stop string matched, or
   // the client went away). Runs on the scheduler thread: keep it short.
   std::function<bool(const SampleResult&)> on_token;
@@ -64,7 +68,7 @@ struct SchedulerOptions {
   // the fields above.)
   int64_t max_step_tokens = 0;
   // Sample on the device where the engine's last backend can (Engine::can_sample) and the
-  // request allows it (no penalties, no logprobs, no forced_token): only the token ids are
+  // request allows it (no penalties, no logprobs, no forced_token, no constraint): only the token ids are
   // downloaded, not each sequence's logits row. Off: every token is sampled on the host.
   bool device_sampling = true;
 };
@@ -75,6 +79,8 @@ struct SchedulerStats {
   double prefill_seconds = 0, decode_seconds = 0;  // time spent in each kind of step
   int64_t prefill_tokens = 0, decode_tokens = 0;
   int64_t device_sampled_tokens = 0;                // of generated_tokens_total: sampled on the device
+  int64_t constrained_tokens = 0;                   // of generated_tokens_total: under a TokenConstraint
+  double constraint_seconds = 0;                    // time in TokenConstraint::mask and accept
   StepGraphStats graphs;                            // decode steps as CUDA graphs (engine/step_graphs.h)
   size_t state_bytes = 0;                           // state pool memory the live sequences hold
   EngineStateStats pages;                           // the engine's state pools

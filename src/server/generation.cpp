@@ -48,6 +48,7 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
   req.logprobs = g->spec_.logprobs;  // (else the token may be sampled on the device, without a logprob)
   if (!g->spec_.ignore_eos && eos >= 0) req.stop_tokens = {eos};
   req.test_fail_after = g->spec_.fail_after;
+  req.constraint = g->spec_.constraint;
   req.on_token = [g](const SampleResult& r) { return g->on_token(r); };
   req.on_done = [g](FinishReason reason, const std::string& error) { g->on_done(reason, error); };
   if (g->spec_.forced) {

@@ -39,6 +39,8 @@ struct GenerationSpec {
   // Chat with the output starting in reasoning: after this many reasoning tokens the next one
   // is "</think>" (Anthropic thinking.budget_tokens). < 0: no budget.
   int64_t reasoning_budget = -1;
+  // The format compiled for the scheduler (Service::start fills it from `format`).
+  std::shared_ptr<TokenConstraint> constraint;
   // Test-only: when set, the output is these ids (then EOS) instead of sampled ones.
   std::optional<std::vector<int32_t>> forced;
   // Test-only: >= 0 makes the engine fail after this many tokens (GenerationRequest::test_fail_after).

@@ -13,6 +13,7 @@ Service::Service(Scheduler& scheduler, const Tokenizer& tokenizer, ServiceConfig
       cfg_(std::move(config)),
       metrics_(metrics),
       responses_(cfg_.stored_responses, cfg_.stored_bytes),
+      structured_(tokenizer),
       rng_(std::random_device{}()) {}
 
 bool Service::serves(const std::string& id) const {
@@ -102,6 +103,29 @@ int Service::default_max_tokens(size_t prompt_tokens, ApiStyle api) const {
   return static_cast<int>(std::min<int64_t>(left, INT32_MAX));
 }
 
+// The test hook's forced output is not constrained: it is what the test asked for.
+std::shared_ptr<TokenConstraint> Service::compile_format(const GenerationSpec& spec) {
+  const OutputFormat& f = spec.format;
+  const bool call = f.kind == OutputFormat::Kind::tool_call;
+  const char* param = call ? "tool_choice" : "response_format";
+  if (spec.ignore_eos) throw ApiError(400, "'ignore_eos' cannot be combined with a structured output format", "ignore_eos");
+  grammar::OutputSpec os;
+  os.kind = call ? grammar::OutputSpec::Kind::tool_call
+               : f.kind == OutputFormat::Kind::json_object ? grammar::OutputSpec::Kind::json_object
+                                                           : grammar::OutputSpec::Kind::json_schema;
+  os.schema = f.kind == OutputFormat::Kind::json_schema && f.schema.is_null() ? ojson::object() : f.schema;
+  os.tool_name = f.name;
+  os.reasoning_first = spec.chat && spec.parser.start_in_reasoning;
+  try {
+    return structured_.constraint(os);
+  } catch (const Error& e) {  // SchemaError: unsupported or invalid; else too large
+    throw ApiError(400,
+                   call ? cat("the parameters of the tool '", f.name, "' cannot be enforced: ", e.what())
+                        : cat("the response format's JSON schema cannot be enforced: ", e.what()),
+                   param, "unsupported_schema");
+  }
+}
+
 std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* label, ApiStyle api) {
   const int64_t prompt = static_cast<int64_t>(spec.prompt.size());
   if (prompt + spec.max_tokens > ctx_size()) {
@@ -111,6 +135,7 @@ std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* labe
              " tokens in a context of ", ctx_size(), ")");
     spec.max_tokens = static_cast<int>(ctx_size() - prompt);
   }
+  if (spec.format.kind != OutputFormat::Kind::text && !spec.forced) spec.constraint = compile_format(spec);
   std::function<void(const GenOutcome&)> on_finish;
   if (metrics_) on_finish = [m = metrics_, a = std::string(label)](const GenOutcome& o) { m->record_generation(a, o); };
   try {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/scheduler.h"
+#include "grammar/structured_output.h"
 #include "server/api_error.h"
 #include "server/forced_script.h"
 #include "server/generation.h"
@@ -77,15 +78,18 @@ class Service {
   // worded as `api` words it).
   int default_max_tokens(size_t prompt_tokens, ApiStyle api) const;
   // Checks prompt + max_tokens against the context (400 worded as `api` words it, or with
-  // clamp_max_tokens a smaller max_tokens) and submits. `label` names the API in the metrics.
+  // clamp_max_tokens a smaller max_tokens), compiles spec.format into its token constraint (400
+  // naming an unsupported schema feature) and submits. `label` names the API in the metrics.
   std::shared_ptr<Generation> start(GenerationSpec spec, const char* label, ApiStyle api);
 
  private:
+  std::shared_ptr<TokenConstraint> compile_format(const GenerationSpec& spec);
   Scheduler& scheduler_;
   const Tokenizer& tok_;
   ServiceConfig cfg_;
   Metrics* metrics_;
   ResponseStore responses_;
+  grammar::StructuredOutput structured_;  // compiled output formats, shared by requests
   std::mutex mu_;
   std::mt19937_64 rng_;
 };

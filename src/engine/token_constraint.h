@@ -1,0 +1,20 @@
+// What a request's next token may be, beyond what the model prefers: the scheduler asks a
+// constraint for a mask before sampling and tells it each token generated. Implemented by
+// structured output (grammar/structured_output.h); the engine knows only this interface.
+#pragma once
+#include <cstdint>
+
+namespace hs {
+
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets the logits of the tokens that may not come next to -infinity (logits[vocab]).
+  virtual void mask(float* logits, int64_t vocab) = 0;
+  // The token generated; throws hs::Error when the constraint does not allow it.
+  virtual void accept(int32_t token) = 0;
+  // The output is complete and nothing may follow: the request ends here.
+  virtual bool finished() const = 0;
+};
+
+}  // namespace hs

@@ -1,0 +1,1 @@
+// Anchor so every layer library has at least one translation unit.
