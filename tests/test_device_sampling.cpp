@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/scheduler.h"
+#include "engine/token_constraint.h"
 #include "fixture_util.h"
 #include "model/synthetic.h"
 #include "scheduler_util.h"
@@ -197,5 +198,55 @@ TEST(DeviceSampling, SchedulerOnAndOffGiveTheSameTokens) {
     // (a batch changes the logits by rounding only).
     const std::vector<test::Outcome> batched = run(true, static_cast<int>(params.size()));
     for (size_t i : {size_t{0}, size_t{1}, size_t{5}}) EXPECT_EQ(batched[i].tokens, off[i].tokens) << "greedy request " << i;
+  }
+}
+
+namespace {
+// Allows, at step k, only the tokens {10 + 3k, 11 + 3k, 12 + 3k}; finished after `len`.
+class WindowConstraint : public TokenConstraint {
+ public:
+  explicit WindowConstraint(int len) : len_(len) {}
+  void mask(float* logits, int64_t vocab) override {
+    for (int64_t i = 0; i < vocab; ++i)
+      if (i < 10 + 3 * step_ || i > 12 + 3 * step_) logits[i] = -INFINITY;
+  }
+  void allowed(std::vector<uint64_t>& bits, int64_t vocab) override {
+    bits.assign(static_cast<size_t>((vocab + 63) / 64), 0);
+    for (int64_t i = 10 + 3 * step_; i <= 12 + 3 * step_; ++i) bits[static_cast<size_t>(i / 64)] |= uint64_t{1} << (i % 64);
+  }
+  void accept(int32_t token) override {
+    HS_CHECK(token >= 10 + 3 * step_ && token <= 12 + 3 * step_, "token ", token, " not allowed at ", step_);
+    ++step_;
+  }
+  bool finished() const override { return step_ >= len_; }
+
+ private:
+  int len_, step_ = 0;
+};
+}  // namespace
+
+// A constrained request is sampled on the device under its mask (cuda::mask_tokens), giving the
+// tokens the host path gives it (greedy and seeded), and is counted as device-sampled.
+TEST(DeviceSampling, ConstrainedRequestsSampleUnderTheirMaskOnTheDevice) {
+  if (gpu_count() < 1) GTEST_SKIP() << "no CUDA device";
+  auto eng = make_engine(false);
+  for (const float t : {0.0f, 1.0f}) {
+    std::vector<int32_t> got[2];
+    int64_t device_tokens[2] = {0, 0};
+    for (const bool device : {true, false}) {
+      Scheduler s(*eng, {.max_seqs = 1, .device_sampling = device});
+      SamplingParams p;
+      p.temperature = t;
+      p.seed = 9;
+      const test::Outcome o = test::generate(s, {1, 2, 3}, 40, p, {}, -1, std::make_shared<WindowConstraint>(20)).get();
+      EXPECT_EQ(o.reason, FinishReason::Stop);
+      got[device ? 0 : 1] = o.tokens;
+      device_tokens[device ? 0 : 1] = s.stats().device_sampled_tokens;
+    }
+    EXPECT_EQ(got[0], got[1]) << "temperature " << t;
+    ASSERT_EQ(got[0].size(), 20u);
+    for (int k = 0; k < 20; ++k) EXPECT_TRUE(got[0][k] >= 10 + 3 * k && got[0][k] <= 12 + 3 * k) << k;
+    EXPECT_EQ(device_tokens[0], 20);
+    EXPECT_EQ(device_tokens[1], 0);
   }
 }

@@ -386,6 +386,10 @@ class StepConstraint : public TokenConstraint {
     for (int64_t i = 0; i < vocab; ++i)
       if (i != 10 + 2 * step_ && i != 11 + 2 * step_) logits[i] = -INFINITY;
   }
+  void allowed(std::vector<uint64_t>& bits, int64_t vocab) override {
+    bits.assign(static_cast<size_t>((vocab + 63) / 64), 0);
+    for (const int64_t i : {10 + 2 * step_, 11 + 2 * step_}) bits[static_cast<size_t>(i / 64)] |= uint64_t{1} << (i % 64);
+  }
   void accept(int32_t token) override {
     HS_CHECK(token == 10 + 2 * step_ || token == 11 + 2 * step_, "token ", token, " not allowed");
     ++step_;

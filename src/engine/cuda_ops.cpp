@@ -117,6 +117,22 @@ class CudaOps : public Ops {
     };
     const size_t m = mark();
     auto* out = reinterpret_cast<int32_t*>(alloc(rows));
+    // Constrained rows: their masks go up and are applied to a copy of the logits.
+    bool masked = false;
+    for (const DeviceSampling& d : specs) masked = masked || d.allowed;
+    if (masked) {
+      const int64_t words = (vocab + 63) / 64;
+      std::vector<uint64_t> bits(static_cast<size_t>(rows * words), ~uint64_t{0});
+      for (int64_t r = 0; r < rows; ++r)
+        if (const uint64_t* a = specs[static_cast<size_t>(r)].allowed)
+          std::copy(a, a + words, bits.begin() + r * words);
+      auto* dbits = reinterpret_cast<uint64_t*>(alloc(rows * words * 2));
+      ctx_.upload(dbits, bits.data(), bits.size() * 8);
+      float* copy = alloc(rows * vocab);
+      ctx_.copy(copy, logits, static_cast<size_t>(rows * vocab) * 4);
+      cuda::mask_tokens(ctx_, copy, rows, vocab, dbits);
+      logits = copy;
+    }
     for (int64_t r = 0; r < rows;) {
       const cuda::SamplingParams sp = params(specs[static_cast<size_t>(r)]);
       std::vector<float> u;

@@ -48,6 +48,9 @@ struct DeviceSampling {
   float top_p = 1.0f;   // (0, 1]; 1: off
   float min_p = 0.0f;   // [0, 1]; 0: off
   float u = 0.0f;       // [0, 1); unused when greedy
+  // A constrained request's mask (TokenConstraint::allowed, host memory, valid for the call):
+  // only tokens whose bit is set may be drawn. Null: no mask.
+  const uint64_t* allowed = nullptr;
 };
 
 class Ops {

@@ -38,6 +38,7 @@ struct Scheduler::Slot {
   std::vector<float> logits;
   StepSample device;  // this step's device sampling request (StepItem::sample)
   bool device_drawn = false;      // device.spec.u holds this token's uniform already (a retried step keeps it)
+  std::vector<uint64_t> allowed;  // a constrained request's mask for the device sampler (device.spec.allowed)
   int generated() const { return static_cast<int>(out.size()); }
 };
 
@@ -308,10 +309,14 @@ void Scheduler::step_once() {
       if (item.output) {
         const GenerationRequest& q = s->req;
         const SamplingParams& p = q.sampling;
-        if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token && !q.constraint &&
+        if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token &&
             p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) {
           if (!s->device_drawn) {
             s->device = StepSample{{p.temperature, p.top_k, p.top_p, p.min_p, s->sampler->next_uniform()}};
+            if (q.constraint) {  // the mask of this token goes with it (computed once, kept across a retry)
+              q.constraint->allowed(s->allowed, engine_.config().vocab_size);
+              s->device.spec.allowed = s->allowed.data();
+            }
             s->device_drawn = true;
           }
           s->device.sampled = false;
@@ -379,7 +384,8 @@ void Scheduler::step_once() {
       const StepSample* dev = items[i].sample;
       TokenConstraint* constraint = s.req.constraint.get();
       const auto tc = std::chrono::steady_clock::now();
-      if (constraint) constraint->mask(s.logits.data(), engine_.config().vocab_size);
+      // (A token sampled on the device was drawn under the mask already.)
+      if (constraint && !(dev && dev->sampled)) constraint->mask(s.logits.data(), engine_.config().vocab_size);
       double constraint_secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
       SampleResult r;
       if (dev && dev->sampled) r.token = dev->token;

@@ -112,6 +112,15 @@ void GrammarConstraint::mask(float* logits, int64_t vocab) {
   for (int64_t i = n; i < vocab; ++i) logits[i] = kOff;  // ids the tokenizer does not have
 }
 
+void GrammarConstraint::allowed(std::vector<uint64_t>& bits, int64_t vocab) {
+  compute();
+  const size_t words = static_cast<size_t>((vocab + 63) / 64);
+  bits.assign(words, 0);
+  const int64_t n = std::min<int64_t>(vocab, static_cast<int64_t>(bits_.size()) * 64);
+  std::copy(bits_.begin(), bits_.begin() + static_cast<std::ptrdiff_t>((n + 63) / 64), bits.begin());
+  if (n % 64) bits[static_cast<size_t>(n / 64)] &= (uint64_t{1} << (n % 64)) - 1;  // ids past the mask's
+}
+
 void GrammarConstraint::accept(int32_t token) {
   HS_CHECK(!done_, "structured output: a token after the end of the output");
   const Vocabulary& v = out_->cache->vocab();

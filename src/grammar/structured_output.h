@@ -66,6 +66,7 @@ class GrammarConstraint : public TokenConstraint {
  public:
   explicit GrammarConstraint(std::shared_ptr<const CompiledOutput> out);
   void mask(float* logits, int64_t vocab) override;
+  void allowed(std::vector<uint64_t>& bits, int64_t vocab) override;
   void accept(int32_t token) override;
   bool finished() const override;
   const Matcher& matcher() const { return m_; }

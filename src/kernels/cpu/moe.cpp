@@ -1,6 +1,8 @@
-// MoE routing (sqrt-softplus scores, bias for selection only, hash rows) and the clamped SwiGLU.
+// MoE routing (sqrt-softplus scores, bias for selection only, hash rows), the clamped SwiGLU,
+// and the sampler's token mask (the twins of kernels/cuda/moe_sample.cu).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -37,6 +39,11 @@ void swiglu_clamp(const float* g, const float* u, int64_t n, float limit, float*
     const float uu = std::clamp(u[i], -limit, limit);
     h[i] = gg / (1.0f + std::exp(-gg)) * uu;
   }
+}
+
+void mask_tokens(float* logits, int64_t vocab, const uint64_t* bits) {
+  for (int64_t i = 0; i < vocab; ++i)
+    if (!((bits[i >> 6] >> (i & 63)) & 1u)) logits[i] = -std::numeric_limits<float>::infinity();
 }
 
 }  // namespace hs::cpu

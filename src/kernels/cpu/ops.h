@@ -72,6 +72,9 @@ void moe_route(const float* logits, int n_experts, int k, const float* bias, con
 // SwiGLU with the clamps: silu(min(g, lim)) * clamp(u, -lim, lim).
 void swiglu_clamp(const float* g, const float* u, int64_t n, float limit, float* h);
 
+// ---- sampling: logit i becomes -inf unless bit i of bits ((vocab + 63) / 64 words) is set.
+void mask_tokens(float* logits, int64_t vocab, const uint64_t* bits);
+
 // ---- "model numerics" round trips (ds4-model-spec.md §3.4-3.5). All in place.
 void round_bf16(float* x, int64_t n);
 // The power-of-two scale of one block of n values: 2^ceil(log2(max(amax, amax_floor) / qmax)).

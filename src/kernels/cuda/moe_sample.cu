@@ -224,6 +224,27 @@ void moe_route(DeviceContext& ctx, const float* logits, int64_t n, int n_experts
   HS_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// Row r's logit i becomes -inf unless bit i of bits[r] is set (a constrained request's mask).
+__global__ void mask_tokens_kernel(float* logits, int64_t vocab, const uint64_t* bits, int64_t words) {
+  const int64_t r = blockIdx.y;
+  float* row = logits + r * vocab;
+  const uint64_t* b = bits + r * words;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vocab;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (!((b[i >> 6] >> (i & 63)) & 1u)) row[i] = -kInf;
+}
+}  // namespace
+
+void mask_tokens(DeviceContext& ctx, float* logits, int64_t rows, int64_t vocab, const uint64_t* bits) {
+  if (rows <= 0) return;
+  HS_CHECK(rows <= 65535, "mask_tokens: too many rows");
+  DeviceGuard g(ctx.device());
+  const dim3 grid(std::min<unsigned>(static_cast<unsigned>((vocab + 255) / 256), 128u), static_cast<unsigned>(rows));
+  mask_tokens_kernel<<<grid, 256, 0, ctx.stream()>>>(logits, vocab, bits, (vocab + 63) / 64);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
 void sample(DeviceContext& ctx, const float* logits, int64_t rows, int64_t vocab, const SamplingParams& sp,
             const std::vector<float>& uniform, int32_t* out) {
   if (rows <= 0) return;

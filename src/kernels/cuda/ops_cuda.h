@@ -217,6 +217,9 @@ struct SamplingParams {
 // out: int32 [rows] (device).
 void sample(DeviceContext& ctx, const float* logits, int64_t rows, int64_t vocab, const SamplingParams& sp,
             const std::vector<float>& uniform, int32_t* out);
+// A constrained request's token mask: logit i of row r becomes -inf unless bit i of bits[r] is
+// set (bits: device uint64 [rows, (vocab + 63) / 64]). CPU twin: cpu::mask_tokens.
+void mask_tokens(DeviceContext& ctx, float* logits, int64_t rows, int64_t vocab, const uint64_t* bits);
 
 // ---------------------------------------------------------------------------------------
 // Device-to-device copy bandwidth in GB/s, bytes read + written (the roofline the benchmarks
