@@ -210,6 +210,46 @@ TEST(ChatEncode, GenerationPrefix) {
   EXPECT_FALSE(p.starts_in_reasoning);
 }
 
+// Serving option: a system message after the user's prompt stays in that user turn, so each
+// request of a conversation starts with the whole prompt of the one before (the prefix cache
+// depends on it). The encoder itself writes no transition after a system message.
+TEST(ChatEncode, SystemInUserTurnKeepsEachPromptAPrefixOfTheNext) {
+  const ojson tools = ojson::parse(R"([{"type": "function", "function": {"name": "read",
+      "description": "Read a file", "parameters": {"type": "object", "properties": {}}}}])");
+  const ojson turn1 = ojson::parse(R"([{"role": "user", "content": "read it"},
+      {"role": "system", "content": "ENV"}])");
+  ojson turn2 = turn1;
+  turn2.push_back(ojson::parse(R"({"role": "assistant", "reasoning_content": "I will read.",
+      "content": "", "tool_calls": [{"id": "c1", "type": "function",
+      "function": {"name": "read", "arguments": "{}"}}]})"));
+  turn2.push_back(ojson::parse(R"({"role": "tool", "tool_call_id": "c1", "content": "42"})"));
+  ChatOptions o;
+  const auto encode = [&](const ojson& msgs) {
+    return encode_request(ojson{{"messages", msgs}, {"tools", tools}}, o);
+  };
+  // The encoder: no generation prompt after the system text, none before the assistant turn.
+  ChatPrompt a = encode(turn1);
+  EXPECT_EQ(a.generation_prefix, "");
+  EXPECT_NE(encode(turn2).text.find("ENVI will read."), std::string::npos);
+
+  o.system_in_user_turn = true;
+  a = encode(turn1);
+  EXPECT_EQ(a.generation_prefix, "<｜Assistant｜><think>");
+  EXPECT_TRUE(a.starts_in_reasoning);
+  const ChatPrompt b = encode(turn2);
+  EXPECT_EQ(b.text.substr(0, a.text.size()), a.text);
+  EXPECT_NE(b.text.find("ENV<｜Assistant｜><think>I will read.</think>"), std::string::npos);
+  EXPECT_EQ(b.generation_prefix, "<｜Assistant｜><think>");
+
+  // A system message with no user turn before it still gets a generation prompt; one before
+  // the first user message is unchanged.
+  a = encode(ojson::parse(R"([{"role": "system", "content": "only"}])"));
+  EXPECT_EQ(a.generation_prefix, "<｜Assistant｜><think>");
+  const ojson lead = ojson::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "u"}])");
+  ChatOptions plain;
+  EXPECT_EQ(encode(lead).text, encode_request(ojson{{"messages", lead}, {"tools", tools}}, plain).text);
+}
+
 TEST(ChatEncode, ReasoningEffortVariants) {
   const ojson msgs = ojson::parse(R"([{"role": "user", "content": "Hi"}])");
   const std::string tail = "<｜User｜>Hi<｜Assistant｜><think>";

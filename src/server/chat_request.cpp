@@ -13,6 +13,7 @@ ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
   o.thinking_mode = in.thinking ? ThinkingMode::thinking : ThinkingMode::chat;
   o.reasoning_effort = in.thinking ? in.effort : std::nullopt;
   o.variant = in.variant;
+  o.system_in_user_turn = true;  // the next turn must start with this prompt (prefix cache)
   ojson request = ojson::object();
   request["messages"] = in.messages;
   if (!in.tools.is_null()) request["tools"] = in.tools;
@@ -22,16 +23,6 @@ ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
     p = encode_request(request, o);
   } catch (const Error& e) {
     bad_request("messages", e.what());
-  }
-  // A conversation ending with a system message (Claude Code sends its environment after the
-  // user's prompt) gets no generation prompt from DeepSeek's encoder, which writes one only
-  // after a user turn: the model would continue the system text. The system text stands where
-  // it was sent, then comes the generation prompt the user turn before it would have had.
-  const bool ends_with_system = in.messages.is_array() && !in.messages.empty() && in.messages.back().is_object() &&
-                                in.messages.back().value("role", ojson()) == "system";
-  if (p.generation_prefix.empty() && ends_with_system) {
-    p.text += assistant_prefix(o.thinking_mode);
-    p.starts_in_reasoning = o.thinking_mode == ThinkingMode::thinking;
   }
   // Only the template's structure becomes control tokens; the client's text never does.
   return {tok.encode_with_literals(p.text, p.literal), p.starts_in_reasoning};

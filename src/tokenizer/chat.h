@@ -29,6 +29,12 @@ struct ChatOptions {
   // For base-model-like checkpoints: a system message inserted at the front when the request
   // does not start with one. Off (unset) by default. encode_request only.
   std::optional<std::string> default_system;
+  // Serving: system messages after a user turn (Claude Code sends its environment there)
+  // stand inside that turn, so the turn's transition to the assistant follows them. DeepSeek's
+  // encoder writes it only right after a user message: the next request of the same
+  // conversation would not start with the one before it, and a conversation ending with a
+  // system message would get no generation prompt at all. Off = the encoder, byte for byte.
+  bool system_in_user_turn = false;
   // Messages already encoded (a prefix the caller holds): only `messages` are rendered, but
   // merging, result ordering and reasoning dropping see the whole conversation. null = none.
   ojson context;

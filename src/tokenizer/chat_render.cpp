@@ -197,6 +197,16 @@ Rendered render_message(size_t index, const std::vector<Msg>& msgs, const ChatOp
   if (index + 1 < msgs.size() && msgs[index + 1].role != "assistant" && msgs[index + 1].role != "latest_reminder")
     return r;
   std::string& t = r.transition;
+  size_t turn = index;  // the message whose turn the transition ends
+  if (opts.system_in_user_turn && m.role == "system") {
+    while (turn > 0 && msgs[turn - 1].role == "system") --turn;
+    if (turn > 0 && is_user_like(msgs[turn - 1]) && !msgs[turn - 1].task) {
+      --turn;
+    } else if (index + 1 == msgs.size()) {
+      t += assistant_prefix(opts.thinking_mode);  // nothing to answer but the system text
+      return r;
+    }
+  }
   if (m.task) {
     std::string_view token;
     for (const auto& tt : ds4::kTaskTokens)
@@ -206,9 +216,9 @@ Rendered render_message(size_t index, const std::vector<Msg>& msgs, const ChatOp
       t += thinking ? ds4::kThinkStart : ds4::kThinkEnd;
     }
     t += token;
-  } else if (is_user_like(m)) {
+  } else if (is_user_like(msgs[turn])) {
     t += ds4::kAssistant;
-    const bool open = thinking && (!drop_thinking || static_cast<int>(index) >= last_user);
+    const bool open = thinking && (!drop_thinking || static_cast<int>(turn) >= last_user);
     t += open ? ds4::kThinkStart : ds4::kThinkEnd;
   }
   return r;
