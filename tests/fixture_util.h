@@ -117,4 +117,27 @@ inline std::vector<float> run(Engine& eng, const test::Expected& e, const std::v
   return out;
 }
 
+// Random token ids in [0, vocab), seeded.
+inline std::vector<int32_t> random_tokens(int64_t vocab, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+inline std::string fixture_dir(const char* name) { return std::string(HS_TEST_DATA) + "/" + name; }
+
+// A parameterised test's case: a fixture under one numerics, named e.g. "tiny_reference".
+struct FixtureCase {
+  const char* fixture;
+  Numerics numerics;
+};
+template <typename Info>
+std::string fixture_case_name(const Info& i) {
+  std::string n = std::string(i.param.fixture) + (i.param.numerics == Numerics::Model ? "_model" : "_reference");
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
 }  // namespace hs::test

@@ -13,10 +13,11 @@
 #include "util/error.h"
 
 using namespace hs;
+using test::FixtureCase;
+using test::fixture_dir;
+using test::random_tokens;
 
 namespace {
-
-std::string dir_of(const char* name) { return std::string(HS_TEST_DATA) + "/" + name; }
 
 EngineOptions opts(Numerics num, int max_seqs = 8, int64_t state_memory = 0, std::vector<std::string> devices = {},
                    std::vector<int> split = {}) {
@@ -28,13 +29,6 @@ EngineOptions opts(Numerics num, int max_seqs = 8, int64_t state_memory = 0, std
   o.devices = std::move(devices);
   o.layer_split = std::move(split);
   return o;
-}
-
-std::vector<int32_t> random_tokens(int64_t vocab, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<int32_t> t(static_cast<size_t>(n));
-  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint32_t>(vocab));
-  return t;
 }
 
 // Logits of every position of `tokens`, fed one token at a time to a fresh sequence.
@@ -50,18 +44,8 @@ std::vector<float> rows(const std::vector<float>& all, int64_t V, int64_t first,
   return std::vector<float>(all.begin() + first * V, all.begin() + (first + n) * V);
 }
 
-struct Case {
-  const char* fixture;
-  Numerics numerics;
-};
-std::string case_name(const testing::TestParamInfo<Case>& i) {
-  std::string n = std::string(i.param.fixture) + (i.param.numerics == Numerics::Model ? "_model" : "_reference");
-  for (char& c : n)
-    if (c == '-') c = '_';
-  return n;
-}
 
-class StatePoolTest : public testing::TestWithParam<Case> {};
+class StatePoolTest : public testing::TestWithParam<FixtureCase> {};
 
 }  // namespace
 
@@ -69,9 +53,9 @@ class StatePoolTest : public testing::TestWithParam<Case> {};
 // joining late, one reset in the middle of its run and fed a new stream, one destroyed and its
 // slot taken by a new sequence. Every logits row equals the fresh one-token-at-a-time run.
 TEST_P(StatePoolTest, RaggedBatchesWithResetsAndSlotReuse) {
-  const Case& c = GetParam();
-  Engine eng(dir_of(c.fixture), opts(c.numerics, 6));
-  Engine ref(dir_of(c.fixture), opts(c.numerics, 2));
+  const FixtureCase& c = GetParam();
+  Engine eng(fixture_dir(c.fixture), opts(c.numerics, 6));
+  Engine ref(fixture_dir(c.fixture), opts(c.numerics, 2));
   const int64_t V = eng.config().vocab_size;
   struct Live {
     std::unique_ptr<Sequence> seq;
@@ -136,9 +120,9 @@ TEST_P(StatePoolTest, RaggedBatchesWithResetsAndSlotReuse) {
 // fork() at a page boundary, one past it, inside an HCA window, and at the sequence's end,
 // then both continue with different tokens: each equals a fresh run of its own tokens.
 TEST_P(StatePoolTest, ForkThenDivergeEqualsFreshRuns) {
-  const Case& c = GetParam();
-  Engine eng(dir_of(c.fixture), opts(c.numerics, 4));
-  Engine ref(dir_of(c.fixture), opts(c.numerics, 2));
+  const FixtureCase& c = GetParam();
+  Engine eng(fixture_dir(c.fixture), opts(c.numerics, 4));
+  Engine ref(fixture_dir(c.fixture), opts(c.numerics, 2));
   const int64_t V = eng.config().vocab_size, P = eng.state_layout(0).page;
   const std::vector<int32_t> prefix = random_tokens(V, 5 * P + 3, 21);
   const int64_t N = static_cast<int64_t>(prefix.size());
@@ -170,9 +154,9 @@ TEST_P(StatePoolTest, ForkThenDivergeEqualsFreshRuns) {
 // truncate() back across window closes and a page boundary, then new tokens: equal to a fresh
 // run of the kept tokens plus the new ones. Repeated, with decodes in between.
 TEST_P(StatePoolTest, TruncateThenRedecodeEqualsFreshRun) {
-  const Case& c = GetParam();
-  Engine eng(dir_of(c.fixture), opts(c.numerics, 2));
-  Engine ref(dir_of(c.fixture), opts(c.numerics, 2));
+  const FixtureCase& c = GetParam();
+  Engine eng(fixture_dir(c.fixture), opts(c.numerics, 2));
+  Engine ref(fixture_dir(c.fixture), opts(c.numerics, 2));
   const int64_t V = eng.config().vocab_size, P = eng.state_layout(0).page;
   std::vector<int32_t> kept = random_tokens(V, 3 * P + 2, 41);
   auto seq = eng.new_sequence();
@@ -201,14 +185,14 @@ TEST_P(StatePoolTest, TruncateThenRedecodeEqualsFreshRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, StatePoolTest,
-                         testing::Values(Case{"tiny", Numerics::Reference}, Case{"tiny", Numerics::Model},
-                                         Case{"small-bf16", Numerics::Reference}),
-                         case_name);
+                         testing::Values(FixtureCase{"tiny", Numerics::Reference}, FixtureCase{"tiny", Numerics::Model},
+                                         FixtureCase{"small-bf16", Numerics::Reference}),
+                         test::fixture_case_name<testing::TestParamInfo<FixtureCase>>);
 
 // A pool with room for few pages: a step that cannot have its pages is refused with a message
 // and changes nothing; the other sequences go on exactly as in an unconstrained engine.
 TEST(StatePool, FullPoolRefusesAndCorruptsNothing) {
-  const std::string dir = dir_of("tiny");
+  const std::string dir = fixture_dir("tiny");
   Engine big(dir, opts(Numerics::Reference, 3));
   const StateLayout& L = big.state_layout(0);
   // Three slots, their SWA pages, and 12 compressed pages.
@@ -251,7 +235,7 @@ TEST(StatePool, FullPoolRefusesAndCorruptsNothing) {
 // logits do not change (nothing is read that was not written for this sequence).
 TEST(StatePool, NothingIsReadBeforeItIsWritten) {
   for (const Numerics num : {Numerics::Reference, Numerics::Model}) {
-    const std::string dir = dir_of("tiny");
+    const std::string dir = fixture_dir("tiny");
     Engine clean(dir, opts(num, 2)), dirty(dir, opts(num, 2));
     for (int s = 0; s < dirty.n_shards(); ++s) {
       const StatePool& p = dirty.shard(s).pool();
@@ -283,7 +267,7 @@ TEST(StatePool, NothingIsReadBeforeItIsWritten) {
 
 // The same over a layer split: every shard's pool forks and truncates together.
 TEST(StatePool, ForkAndTruncateOverALayerSplit) {
-  const std::string dir = dir_of("small-bf16");
+  const std::string dir = fixture_dir("small-bf16");
   Engine eng(dir, opts(Numerics::Reference, 4, 0, {"cpu", "cpu"}, {3, 5}));
   Engine ref(dir, opts(Numerics::Reference, 2));
   const int64_t V = eng.config().vocab_size;

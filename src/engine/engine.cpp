@@ -155,6 +155,16 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     shards_[i]->init_state(po);
   }
   shard_offset_ = std::max(opts.only_shard, 0);
+  // What decides the state's bits: the weights, the numerics and row forms, the expert count,
+  // where every layer runs (CPU and CUDA kernels round differently), the page size.
+  {
+    std::ostringstream k;
+    k << std::hex << source_->fingerprint() << std::dec << "|numerics " << static_cast<int>(opts.numerics)
+      << "|experts " << config_.n_active_experts << "|page " << shards_.front()->pool().layout().page;
+    for (const auto& sh : shards_)
+      k << "|[" << sh->layer_begin() << "," << sh->layer_end() << ") " << (sh->ops().device_index() < 0 ? "cpu" : "cuda");
+    state_key_ = k.str();
+  }
   for (size_t i = 0; i < ops_.size(); ++i) ops_locks_.push_back(std::make_unique<std::mutex>());
   // A pipeline pays off only when the shards sit on different devices (ops_ has one backend per device).
   micro_batches_ = opts.pipeline_micro_batches > 0 ? opts.pipeline_micro_batches
@@ -211,11 +221,40 @@ void Engine::truncate(Sequence& seq, int64_t n) const {
   for (size_t s = 0; s < shards_.size(); ++s) {
     shards_[s]->check_state(*seq.shards[s], "truncate: ");
     const SequenceState& st = *seq.shards[s];
-    HS_CHECK(n >= 0 && n <= st.n_past() && n >= st.high() - st.pool().layout().max_rollback, "truncate to ", n,
+    HS_CHECK(n >= 0 && n <= st.n_past() && n >= st.high() - st.pool().layout().max_rollback && n >= st.floor(),
+             "truncate to ", n,
              " tokens: shard ", s, " holds ", st.n_past(), " (furthest ", st.high(), ", rollback at most ",
              st.pool().layout().max_rollback, ")");
   }
   for (size_t s = 0; s < shards_.size(); ++s) shards_[s]->pool().truncate(*seq.shards[s], n);
+}
+
+EngineSnapshot Engine::snapshot(const Sequence& seq) const {
+  HS_CHECK(seq.shards.size() == shards_.size(), "snapshot: the sequence has ", seq.shards.size(),
+           " shard states, the engine ", shards_.size(), " shards");
+  EngineSnapshot snap;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    shards_[s]->check_state(*seq.shards[s], "snapshot: ");
+    snap.shards.push_back(shards_[s]->pool().snapshot(*seq.shards[s]));
+  }
+  return snap;
+}
+
+bool Engine::restore(const EngineSnapshot& snap, Sequence& seq) const {
+  HS_CHECK(snap.shards.size() == shards_.size() && seq.shards.size() == shards_.size(),
+           "restore: a snapshot of ", snap.shards.size(), " shards into a sequence of ", seq.shards.size(),
+           " on an engine of ", shards_.size());
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (shards_[s]->pool().restore(snap.shards[s], *seq.shards[s])) continue;
+    for (size_t t = 0; t < s; ++t) shards_[t]->pool().release_pages(*seq.shards[t]);  // back to empty
+    return false;
+  }
+  return true;
+}
+
+void Engine::release(EngineSnapshot& snap) const {
+  for (size_t s = 0; s < snap.shards.size() && s < shards_.size(); ++s) shards_[s]->pool().release(snap.shards[s]);
+  snap.shards.clear();
 }
 
 bool Engine::can_reserve(const Sequence& seq, int64_t n) const {

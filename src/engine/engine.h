@@ -76,6 +76,17 @@ struct Sequence {
   void reset();
 };
 
+// A sequence's state at one position on every shard (StatePool::snapshot), for the prefix cache.
+struct EngineSnapshot {
+  std::vector<PoolSnapshot> shards;
+  int64_t n() const { return shards.empty() ? 0 : shards.front().n; }
+  int64_t host_bytes() const {
+    int64_t b = 0;
+    for (const PoolSnapshot& s : shards) b += s.host_bytes();
+    return b;
+  }
+};
+
 // The state pools of an engine's shards, summed (pages of different shards hold different
 // layers of the same positions).
 struct EngineStateStats {
@@ -131,6 +142,14 @@ class Engine {
   std::unique_ptr<Sequence> fork(const Sequence& src, int64_t upto) const;
   // Rolls seq back to its first n tokens (n >= the furthest it got - max_rollback).
   void truncate(Sequence& seq, int64_t n) const;
+  // seq's state now, its full pages shared (release() it, or the pages stay taken).
+  EngineSnapshot snapshot(const Sequence& seq) const;
+  // seq (empty) = the snapshot's state; false, changing nothing, when a shard's pool lacks room.
+  bool restore(const EngineSnapshot& snap, Sequence& seq) const;
+  void release(EngineSnapshot& snap) const;
+  // What identifies this engine's state bits (weights, numerics, layer split and devices,
+  // expert top-k, row forms): a prefix-cache entry is reused only under an equal key.
+  const std::string& state_key() const { return state_key_; }
   // Whether every shard has the pages for n more tokens of seq (what a step of n rows takes).
   bool can_reserve(const Sequence& seq, int64_t n) const;
   // Pages n more tokens of an empty sequence take on the tightest shard, and that shard's free pages.
@@ -187,6 +206,7 @@ class Engine {
   std::vector<bool> send_;      // per shard s: hand the state to shard s + 1 by Ops::send_to
   bool stage_timing_ = false;
   std::vector<double> stage_seconds_;
+  std::string state_key_;
 
   struct Micro;  // one micro-batch on its way through the shards (engine.cpp)
   int64_t padded_rows(int64_t rows) const;

@@ -304,6 +304,7 @@ void StatePool::release_pages(SequenceState& s) {
   s.swa_.clear();
   s.n_past_ = 0;
   s.high_ = 0;
+  s.floor_ = 0;
 }
 
 int32_t StatePool::copy_cmp_block(int32_t src) {
@@ -338,6 +339,8 @@ void StatePool::fork(const SequenceState& src, int64_t upto, SequenceState& dst)
            " tokens");
   HS_CHECK(upto >= src.high_ - lay_.max_rollback, "fork at position ", upto, ": the source got to position ",
            src.high_, " and keeps the rows of only the last ", lay_.max_rollback, " tokens before that");
+  HS_CHECK(upto >= src.floor_, "fork at position ", upto, ": the source was restored at position ", src.floor_,
+           " and holds no rows before it");
   if (upto == 0) return;
   const int64_t full = upto / lay_.page;
   const bool partial = upto % lay_.page != 0;
@@ -377,6 +380,7 @@ void StatePool::fork(const SequenceState& src, int64_t upto, SequenceState& dst)
   }
   dst.n_past_ = upto;
   dst.high_ = src.high_;  // what the copied rows are valid for
+  dst.floor_ = src.floor_;
 }
 
 void StatePool::truncate(SequenceState& s, int64_t n) {
@@ -384,6 +388,8 @@ void StatePool::truncate(SequenceState& s, int64_t n) {
   HS_CHECK(n >= 0 && n <= s.n_past_, "truncate to ", n, " tokens: the sequence holds ", s.n_past_);
   HS_CHECK(n >= s.high_ - lay_.max_rollback, "truncate to ", n, " tokens: the sequence got to ", s.high_,
            " and can be rolled back by at most ", lay_.max_rollback, " tokens from there");
+  HS_CHECK(n >= s.floor_, "truncate to ", n, " tokens: the sequence was restored at position ", s.floor_,
+           " and holds no rows before it");
   if (n == s.n_past_) return;
   if (n == 0) {
     release_pages(s);

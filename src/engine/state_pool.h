@@ -82,6 +82,20 @@ StateLayout model_state_layout(const ModelConfig& c, bool packed, int max_rollba
 // the SWA pages and slot it keeps besides, and the totals at 4K, 128K and 1M tokens (inspect, bench).
 std::string describe_state_memory(const ModelConfig& c);
 
+// A sequence's state at n_past = n, held apart from any sequence (the prefix cache keeps
+// these; StatePool::snapshot / restore). Its full compressed pages are shared by reference
+// (they never change again); what a restore needs besides them is copied to host memory, so a
+// snapshot holds no SWA page and no slot: the last compressed page when partial, the SWA rows
+// of the window before n, and the open compressor windows' raw rows.
+struct PoolSnapshot {
+  int64_t n = 0;
+  std::vector<int32_t> pages;     // compressed blocks of pages 0 .. n / P - 1 (a reference held on each)
+  std::vector<uint8_t> partial;   // page n / P's compressed rows, every layer (when n % P != 0)
+  std::vector<uint8_t> swa_rows;  // rows [max(0, n - window + 1), n) of every layer
+  std::vector<float> ring;        // every compressor's raw rows [ring_first, n), kv then gate per row
+  int64_t host_bytes() const { return static_cast<int64_t>(partial.size() + swa_rows.size() + ring.size() * 4); }
+};
+
 class SequenceState {
  public:
   ~SequenceState();
@@ -102,6 +116,8 @@ class SequenceState {
   const std::vector<int32_t>& cmp_pages() const { return cmp_; }
   const std::vector<int32_t>& swa_pages() const { return swa_; }
   int64_t high() const { return high_; }
+  // The earliest position fork() and truncate() may go back to (0, or where a restore started it).
+  int64_t floor() const { return floor_; }
 
  private:
   friend class StatePool;
@@ -110,6 +126,7 @@ class SequenceState {
   int slot_;
   int64_t n_past_ = 0;
   int64_t high_ = 0;           // the furthest n_past since the last reset (what the slot and SWA pages hold)
+  int64_t floor_ = 0;          // no rows before this are held for a rollback (a restored sequence)
   std::vector<int32_t> cmp_;   // [pages]
   std::vector<int32_t> swa_;   // [pages], -1 once released
 };
@@ -163,6 +180,22 @@ class StatePool {
   // page that becomes partial is copied first. Throws, changing nothing, when that cannot be.
   void truncate(SequenceState& s, int64_t n);
   void release_pages(SequenceState& s);
+
+  // ---- snapshots (prefix cache; engine/state_snapshot.cpp)
+  // s's state at its n_past, its full pages shared (references taken).
+  PoolSnapshot snapshot(const SequenceState& s);
+  // dst (empty) = the snapshot's state: its pages shared, the rest written into new blocks and
+  // dst's slot. false, changing nothing, when the pool lacks the blocks.
+  bool restore(const PoolSnapshot& snap, SequenceState& dst);
+  // Drops the snapshot's references (it is empty afterwards).
+  void release(PoolSnapshot& snap);
+  // One compressed page's rows of every layer, out of the pool and back into a new block (the
+  // prefix cache's host and disk tiers); bytes of one such page: layout().cmp_page_bytes.
+  std::vector<uint8_t> read_page(int32_t block);
+  int32_t write_page(const uint8_t* bytes);  // -1 when no block is free
+  void hold_page(int32_t block);             // one more reference on a compressed block
+  void drop_page(int32_t block);
+  int64_t free_pages() const { return static_cast<int64_t>(cmp_free_.size()); }
   // Uploads the page-table rows that changed since the last call (before a step's state ops;
   // never during a graph capture).
   void sync_tables();
@@ -179,6 +212,10 @@ class StatePool {
   int32_t copy_cmp_block(int32_t src);
   int32_t copy_swa_block(int32_t src);
   void trim(SequenceState& s);  // releases SWA pages below high - window + 1 - rollback
+  // The ring rows a compressor needs at n: [ring_first, n).
+  int64_t ring_first(const StateLayout::Layer& y, bool indexer, int64_t n) const;
+  template <typename F>
+  void for_ring_rows(int64_t n, F&& f) const;  // f(layer, indexer, first, width, kv ring, gate ring)
   void set_entry(int slot, int64_t page, bool swa, int32_t block);
 
   int begin_;

@@ -38,4 +38,34 @@ std::vector<std::string> ModelSource::validate(int begin, int end, bool with_emb
   return problems;
 }
 
+namespace {
+uint64_t fnv(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+uint64_t fnv(uint64_t h, const std::string& s) { return fnv(fnv(h, s.data(), s.size()), "\0", 1); }
+}  // namespace
+
+uint64_t ModelSource::fingerprint() const {
+  uint64_t h = fnv(1469598103934665603ull, format());
+  h = fnv(h, config_.summary());
+  for (const StoredTensor& t : stored_tensors()) {
+    h = fnv(fnv(h, t.name), t.type);
+    h = fnv(h, t.shape.data(), t.shape.size() * sizeof(int64_t));
+    h = fnv(h, &t.nbytes, sizeof(t.nbytes));
+  }
+  for (const TensorSpec& spec : model_tensor_specs(config_, 0, config_.n_layers, true, true)) {
+    if (spec.role != TensorRole::Matrix && spec.role != TensorRole::Experts) continue;
+    const NativeTensor nt = native(spec);
+    if (!nt.data || nt.nbytes == 0) continue;
+    constexpr uint64_t kSample = 4096, kPlaces = 16;
+    for (uint64_t k = 0; k < kPlaces; ++k) {
+      const uint64_t at = nt.nbytes > kSample ? (nt.nbytes - kSample) / (kPlaces - 1) * k : 0;
+      h = fnv(h, nt.data + at, static_cast<size_t>(std::min(kSample, nt.nbytes - at)));
+    }
+  }
+  return h;
+}
+
 }  // namespace hs

@@ -83,6 +83,11 @@ class ModelSource {
   virtual NativeTensor native(const TensorSpec&) const { return {}; }
   // Storage type name of a tensor of the inventory ("" when absent), for inspect.
   virtual std::string storage_type(const TensorSpec& spec) const = 0;
+  // A 64-bit hash that differs between models whose weights differ (what a prefix-cache entry
+  // on disk is checked against): the config, every stored tensor's name, type and shape, and
+  // the stored bytes of every matrix sampled at 16 places (4 KiB each). Synthetic sources hash
+  // their generator's parameters instead.
+  virtual uint64_t fingerprint() const;
 
   // Checks every tensor of layers [begin, end) (+ globals); returns one message per problem.
   std::vector<std::string> validate(int begin, int end, bool with_embed, bool with_head) const;

@@ -78,6 +78,13 @@ class SyntheticSource : public ModelSource {
   }
 
   std::string format() const override { return "synthetic"; }
+  uint64_t fingerprint() const override {  // the generator's parameters decide every weight
+    const std::string id = cat(config_.summary(), "|quant ", static_cast<int>(quant_), "|seed ", seed_,
+                               "|device ", device_fill_);
+    uint64_t h = 1469598103934665603ull;
+    for (const char ch : id) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+    return h;
+  }
 
   std::vector<StoredTensor> stored_tensors() const override {
     std::vector<StoredTensor> out;
