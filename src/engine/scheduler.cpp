@@ -126,8 +126,10 @@ void Scheduler::shutdown(bool finish) {
 }
 
 void Scheduler::loop() {
+  auto last_cache_stats = std::chrono::steady_clock::now() - std::chrono::seconds(1);
   for (;;) {
     std::vector<std::pair<uint64_t, GenerationRequest>> cancelled_queued;
+    std::vector<std::pair<Slot*, bool>> starting;  // admitted now (true: resumed after a preemption)
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] {
@@ -154,14 +156,24 @@ void Scheduler::loop() {
       for (auto& s : slots_)
         if (s->busy && s->waiting) waiting.push_back(s.get());
       std::sort(waiting.begin(), waiting.end(), [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
+      // Pages the prefix cache holds are given back (down a tier) before anything waits for them.
+      auto room_for = [&](const Slot& s) {
+        if (admissible(s, free_pages) || !opts_.cache) return admissible(s, free_pages);
+        const int64_t held = s.seq ? static_cast<int64_t>(s.seq->shards.front()->cmp_pages().size()) : 0;
+        const int64_t before = engine_.free_pages();
+        opts_.cache->make_room(before + pages_wanted(s) - held - free_pages);
+        free_pages += engine_.free_pages() - before;
+        return admissible(s, free_pages);
+      };
       bool blocked = false;
       for (Slot* s : waiting) {
-        if (!admissible(*s, free_pages)) {
+        if (!room_for(*s)) {
           blocked = true;  // keep the order: nothing newer goes before it
           break;
         }
         s->waiting = false;
         free_pages -= pages_wanted(*s);
+        starting.emplace_back(s, true);
       }
       for (auto& s : slots_) {
         if (blocked || s->busy || queue_.empty()) continue;
@@ -169,7 +181,7 @@ void Scheduler::loop() {
         probe.req.prompt = queue_.front().second.prompt;
         probe.req.max_tokens = queue_.front().second.max_tokens;
         probe.feed = probe.req.prompt;
-        if (!admissible(probe, free_pages)) break;
+        if (!room_for(probe)) break;
         auto [id, req] = std::move(queue_.front());
         queue_.pop_front();
         s->busy = true;
@@ -190,6 +202,7 @@ void Scheduler::loop() {
         free_pages -= pages_wanted(*s);
         stats_.requests_active++;
         stats_.prompt_tokens_total += static_cast<int64_t>(s->req.prompt.size());
+        starting.emplace_back(s.get(), false);
       }
       stats_.queue_depth = static_cast<int64_t>(queue_.size());
       // Forget cancellations of requests that are no longer anywhere (already finished).
@@ -200,15 +213,57 @@ void Scheduler::loop() {
     }
     for (auto& [id, req] : cancelled_queued)
       if (req.on_done) req.on_done(FinishReason::Cancelled, "");
+    for (auto& [slot, resumed] : starting) start(*slot, resumed);
     step_once();
     const EngineStateStats pages = engine_.state_stats();  // (the pools are this thread's)
+    const auto now = std::chrono::steady_clock::now();
+    const bool refresh = opts_.cache && now - last_cache_stats > std::chrono::milliseconds(200);
+    PrefixCacheStats cache;
+    if (refresh) {
+      cache = opts_.cache->stats();
+      last_cache_stats = now;
+    }
     std::lock_guard<std::mutex> lk(mu_);
     stats_.pages = pages;
+    if (refresh) stats_.cache = cache;
     cv_.notify_all();  // shutdown() waits on progress
   }
 }
 
+// A request's cached prefix comes back (the prompt's last token is always computed: its logits
+// are sampled); a resumed one's whole recompute may come from the cache.
+void Scheduler::start(Slot& s, bool resumed) {
+  int64_t got = 0;
+  if (opts_.cache && s.req.use_cache && !s.feed.empty()) {
+    const size_t limit = s.feed_samples ? s.feed.size() - 1 : s.feed.size();
+    got = opts_.cache->restore(std::span<const int32_t>(s.feed.data(), s.feed.size()), static_cast<int64_t>(limit),
+                               *s.seq);
+    s.feed_done = static_cast<size_t>(got);
+  }
+  if (resumed) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.cached_prompt_tokens += got;
+  }
+  if (s.req.on_start) s.req.on_start(got);
+}
+
+void Scheduler::keep_snapshot(Slot& s, std::span<const int32_t> tokens) {
+  try {
+    opts_.cache->insert(tokens, *s.seq);
+  } catch (const std::exception& e) {  // a cache that cannot keep it costs only the reuse
+    log_warn("prefix cache: no snapshot of request ", s.id, ": ", e.what());
+  }
+}
+
 void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
+  // The end of a generation is where the next turn of a conversation continues.
+  if (opts_.cache && s.req.use_cache && (r == FinishReason::Stop || r == FinishReason::Length) &&
+      s.seq->n_past() > static_cast<int64_t>(s.req.prompt.size())) {
+    std::vector<int32_t> tokens = s.req.prompt;
+    tokens.insert(tokens.end(), s.out.begin(), s.out.end());
+    keep_snapshot(s, tokens);
+  }
   GenerationRequest req = std::move(s.req);
   s.sampler.reset();
   s.seq->reset();  // its pages go back now
@@ -297,7 +352,13 @@ void Scheduler::step_once() {
     for (Slot* s : live) {
       const size_t left = s->feed.size() - s->feed_done;
       const int64_t room = prefill_rows == 0 ? std::max<int64_t>(budget, 1) : budget;
-      const int64_t n = left == 0 ? 1 : std::min<int64_t>({opts_.prefill_chunk, static_cast<int64_t>(left), room});
+      int64_t n = left == 0 ? 1 : std::min<int64_t>({opts_.prefill_chunk, static_cast<int64_t>(left), room});
+      if (left > 0 && opts_.cache && s->req.use_cache)  // a chunk ends at the next snapshot point
+        for (int64_t p : s->req.cache_points)
+          if (p > static_cast<int64_t>(s->feed_done)) {
+            n = std::min<int64_t>(n, p - static_cast<int64_t>(s->feed_done));
+            break;
+          }
       if (n <= 0) break;  // (only prompt chunks run out of budget: decoders come first)
       const int32_t* tokens = left == 0 ? &s->last : s->feed.data() + s->feed_done;
       StepItem item{s->seq.get(), tokens, n, s->logits.data(), false};
@@ -336,7 +397,9 @@ void Scheduler::step_once() {
       engine_.step_batch(items);
       break;
     } catch (const StatePoolFull& e) {
-      // Nothing ran. The newest sequence gives its pages back and waits; the rest try again.
+      // Nothing ran. Pages the prefix cache holds go first; else the newest sequence gives its
+      // pages back and waits; the rest try again.
+      if (opts_.cache && opts_.cache->make_room(engine_.free_pages() + 1) > 0) continue;
       Slot* victim = *std::max_element(stepped.begin(), stepped.end(),
                                        [](const Slot* a, const Slot* b) { return a->admitted < b->admitted; });
       if (stepped.size() == 1) {
@@ -376,6 +439,10 @@ void Scheduler::step_once() {
     Slot& s = *stepped[i];
     if (s.feed_done < s.feed.size()) {
       s.feed_done += static_cast<size_t>(items[i].n);
+      const auto& pts = s.req.cache_points;
+      if (opts_.cache && s.req.use_cache &&
+          (s.feed_done == s.feed.size() || std::binary_search(pts.begin(), pts.end(), static_cast<int64_t>(s.feed_done))))
+        keep_snapshot(s, s.feed);
       if (s.feed_done < s.feed.size() || !s.feed_samples) continue;  // more chunks to go, or a recompute
     }
     s.device_drawn = false;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prefix_cache.h"
 #include "engine/sampler.h"
 #include "engine/token_constraint.h"
 
@@ -57,6 +58,12 @@ struct GenerationRequest {
   // would) once this many tokens were generated; 0 fails in the prefill. The request ends
   // with FinishReason::Error and its slot is freed.
   int64_t test_fail_after = -1;
+  // Prefix cache (SchedulerOptions::cache): positions inside the prompt worth a snapshot (the
+  // chat-turn boundaries), besides the prompt's end and the generation's end, which always are.
+  std::vector<int64_t> cache_points;
+  bool use_cache = true;
+  // Called once as the request starts, with how many prompt tokens came from the cache.
+  std::function<void(int64_t cached)> on_start;
 };
 
 struct SchedulerOptions {
@@ -68,9 +75,12 @@ struct SchedulerOptions {
   // the fields above.)
   int64_t max_step_tokens = 0;
   // Sample on the device where the engine's last backend can (Engine::can_sample) and the
-  // request allows it (no penalties, no logprobs, no forced_token, no constraint): only the token ids are
+  // request allows it (no penalties, no logprobs, no forced_token): only the token ids are
   // downloaded, not each sequence's logits row. Off: every token is sampled on the host.
   bool device_sampling = true;
+  // Restores prompts' cached prefixes and keeps snapshots (engine/prefix_cache.h); null: none.
+  // Used on the scheduler's thread only; it must outlive the scheduler.
+  PrefixCache* cache = nullptr;
 };
 
 struct SchedulerStats {
@@ -85,6 +95,8 @@ struct SchedulerStats {
   size_t state_bytes = 0;                           // state pool memory the live sequences hold
   EngineStateStats pages;                           // the engine's state pools
   int64_t preemptions = 0;                          // sequences whose pages were taken back mid-run
+  int64_t cached_prompt_tokens = 0;                 // of prompt_tokens_total: restored from the prefix cache
+  PrefixCacheStats cache;                           // (refreshed at most every 200 ms)
   int max_seqs = 0;
 };
 
@@ -110,6 +122,8 @@ class Scheduler {
   bool admissible(const Slot& s, int64_t free_pages) const;   // the pages its next stretch needs are free
   int64_t pages_wanted(const Slot& s) const;                  // pages its next stretch will hold in all
   void preempt(Slot& s);
+  void start(Slot& s, bool resumed);                         // restores its cached prefix, on_start
+  void keep_snapshot(Slot& s, std::span<const int32_t> tokens);  // into the prefix cache
   void finish(Slot& s, FinishReason r, const std::string& err);  // ends the request, frees the slot
 
   Engine& engine_;
