@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/args.h"
+#include "cli/bench_cache.h"
 #include "cli/engine_args.h"
 #include "cli/synthetic_args.h"
 #include "engine/engine.h"
@@ -61,6 +62,9 @@ int cmd_bench(const Args& args) {
       {"profile", false, "after the runs, print the device time per op of one pp and 16 decode steps"},
       {"seqs", true, "also time decode with N sequences stepping together (continuous batching; tgTxN: "
        "aggregate tok/s of N sequences after a 16-token prompt each)", "N,N,..."},
+      {"cache-turn", true, "also time the next turn of an N-token conversation (K new tokens, default 256) cold "
+       "and from the prefix cache", "N[,K]"},
+      {"cache-dir", true, "with --cache-turn: also through files under DIR, found again by a new cache", "DIR"},
   };
   specs.insert(specs.end(), bench_specs.begin(), bench_specs.end());
   const std::string default_device = gpu_count() > 0 ? "cuda:0" : "cpu";
@@ -95,6 +99,16 @@ int cmd_bench(const Args& args) {
   for (int pp : pps) longest = std::max<int64_t>(longest, pp);
   for (int d : depths) longest = std::max<int64_t>(longest, d + tg + 8);
   if (!batches.empty()) longest = std::max<int64_t>(longest, 16 + tg + 8);  // a 16-token prompt, 4 warm-up steps
+  int64_t cache_n = 0, cache_k = 256;
+  if (a.has("cache-turn")) {
+    const std::vector<int> ck = parse_int_list("--cache-turn", *a.get("cache-turn"));
+    HS_CHECK(!ck.empty() && ck.size() <= 2 && ck[0] > 0 && (ck.size() == 1 || ck[1] > 0),
+             "--cache-turn: expected N or N,K (positive), got '", *a.get("cache-turn"), "'");
+    cache_n = ck[0];
+    if (ck.size() == 2) cache_k = ck[1];
+    longest = std::max<int64_t>(longest, cache_n + cache_k);
+  }
+  HS_CHECK(!a.has("cache-dir") || cache_n > 0, "--cache-dir needs --cache-turn");
   opts.max_context = std::max<int64_t>(opts.max_context, longest);
 
   const auto t_load = Clock::now();
@@ -239,6 +253,9 @@ int cmd_bench(const Args& args) {
     std::printf("%s\n", profile.c_str());
   }
 
+  nlohmann::ordered_json cache_json;
+  if (cache_n > 0) cache_json = bench_cache_turn(*eng, cache_n, cache_k, chunk, a.get_or("cache-dir", ""));
+
   const StepGraphStats graphs = eng->graph_stats();  // over every shard and run (decode steps only)
   if (graphs.captured + graphs.replayed + graphs.eager > 0)
     std::printf("decode steps per shard: %lld replayed as CUDA graphs, %lld captured (the latest: %zu operations "
@@ -277,6 +294,7 @@ int cmd_bench(const Args& args) {
                                   {"state_bytes_per_token", state.cmp_page_bytes / state.page},
                                   {"state_bytes_128k", state.sequence_bytes(131072)},
                                   {"state_bytes_1m", state.sequence_bytes(int64_t{1} << 20)},
+                                  {"cache_turn", cache_json},
                                   {"layers", c.n_layers},
                                   {"devices", devices},
                                   {"numerics", opts.numerics == Numerics::Reference ? "reference" : "model"},

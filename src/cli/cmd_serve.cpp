@@ -8,6 +8,7 @@
 #include "cli/engine_args.h"
 #include "cli/commands.h"
 #include "cli/synthetic_args.h"
+#include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "server/http_server.h"
 #include "server/model_loader.h"
@@ -94,6 +95,11 @@ int cmd_serve(const Args& args) {
                           "Anthropic ping, an empty chat chunk, a Responses keepalive (default 10; 0: none)", "S"},
       {"response-store", true, "responses of /v1/responses kept in memory for GET and previous_response_id "
                                "(default 256; 0: none)", "N"},
+      {"prefix-cache", true, "on (default): keep snapshots of prompts and answers and prefill only what a request "
+                             "adds to a cached prefix; off: none", "on|off"},
+      {"prefix-cache-ram", true, "GiB of host memory for the prefix cache (default 8)", "GIB"},
+      {"prefix-cache-dir", true, "also keep the prefix cache in files under DIR (found again after a restart)", "DIR"},
+      {"prefix-cache-disk", true, "GiB the prefix cache's files may take (default 64)", "GIB"},
   };
   for (auto& s : synthetic_option_specs()) specs.push_back(s);
   for (auto& s : model_option_specs()) specs.push_back(s);
@@ -133,6 +139,17 @@ int cmd_serve(const Args& args) {
   HS_CHECK(http.threads >= 2, "--http-threads must be at least 2, got ", http.threads);
   const double grace_s = a.get_double("shutdown-timeout", 30);
   HS_CHECK(grace_s >= 0, "--shutdown-timeout must be at least 0");
+  const std::string pc = a.get_or("prefix-cache", "on");
+  HS_CHECK(pc == "on" || pc == "off", "--prefix-cache: expected on or off, got '", pc, "'");
+  const bool prefix_cache = pc == "on";
+  HS_CHECK(prefix_cache || !a.has("prefix-cache-dir"), "--prefix-cache-dir needs --prefix-cache on");
+  PrefixCacheOptions cache_opts;
+  const double ram_gib = a.get_double("prefix-cache-ram", 8.0), disk_gib = a.get_double("prefix-cache-disk", 64.0);
+  HS_CHECK(ram_gib >= 0 && ram_gib <= 1 << 20 && disk_gib >= 0 && disk_gib <= 1 << 24,
+           "--prefix-cache-ram and --prefix-cache-disk must be positive numbers of GiB");
+  cache_opts.ram_bytes = static_cast<int64_t>(ram_gib * static_cast<double>(int64_t{1} << 30));
+  cache_opts.disk_bytes = static_cast<int64_t>(disk_gib * static_cast<double>(int64_t{1} << 30));
+  cache_opts.dir = a.get_or("prefix-cache-dir", "");
 
   // The API options, checked before the model loads.
   server::ServiceConfig cfg;
@@ -160,7 +177,12 @@ int cmd_serve(const Args& args) {
   std::fprintf(stderr, "hyperstream serve: listening on http://%s:%d (loading the model)\n", http.host.c_str(), port);
 
   const server::LoadedModel model = server::load_model(model_spec);
-  const SchedulerOptions sched_opts = scheduler_options_from(a, *model.engine, max_seqs);
+  SchedulerOptions sched_opts = scheduler_options_from(a, *model.engine, max_seqs);
+  std::unique_ptr<PrefixCache> cache;  // (before the scheduler: it outlives it)
+  if (prefix_cache) {
+    cache = std::make_unique<PrefixCache>(*model.engine, cache_opts);
+    sched_opts.cache = cache.get();
+  }
   Scheduler scheduler(*model.engine, sched_opts);
   cfg.model_name = model.name;
   cfg.variant = model.variant;
@@ -169,11 +191,25 @@ int cmd_serve(const Args& args) {
   const EngineStateStats pages = model.engine->state_stats();
   std::fprintf(stderr,
                "hyperstream serve: ready: model %s, ctx %lld, max-seqs %d, prefill-chunk %d, sampling on %s; state pool "
-               "%lld pages of %d positions (%lld tokens in all, %.0f B per token)\n",
+               "%lld pages of %d positions (%lld tokens at most per sequence, %.0f B per token)\n",
                model.name.c_str(), static_cast<long long>(sched_opts.ctx_size), sched_opts.max_seqs,
                sched_opts.prefill_chunk, sched_opts.device_sampling && model.engine->can_sample() ? "device" : "host",
                static_cast<long long>(pages.pages_total / model.engine->n_shards()), model.engine->state_layout(0).page,
                static_cast<long long>(pages.token_capacity), static_cast<double>(pages.bytes_per_token));
+
+  if (!cache) {
+    std::fprintf(stderr, "hyperstream serve: prefix cache off\n");
+  } else if (cache_opts.dir.empty()) {
+    std::fprintf(stderr, "hyperstream serve: prefix cache: device pages, host %.1f GiB (no disk tier: --prefix-cache-dir)\n",
+                 ram_gib);
+  } else {
+    const PrefixCacheStats cs = cache->stats();
+    std::fprintf(stderr,
+                 "hyperstream serve: prefix cache: device pages, host %.1f GiB, disk %s (%.1f GiB; %lld snapshots found, "
+                 "%lld refused)\n",
+                 ram_gib, cache_opts.dir.c_str(), disk_gib, static_cast<long long>(cs.disk_entries),
+                 static_cast<long long>(cs.bad_files));
+  }
 
   const int sig = signals.wait(-1);
   std::fprintf(stderr, "hyperstream serve: %s: stopping (running requests get %.0f s; again to cancel them)\n",

@@ -6,8 +6,8 @@ namespace hs::cli {
 
 std::vector<OptionSpec> synthetic_option_specs() {
   return {
-      {"synthetic", true, "a synthetic model (random weights of the real shapes) instead of MODEL: tiny, flash or pro",
-       "PRESET"},
+      {"synthetic", true, "a synthetic model (random weights of the real shapes) instead of MODEL: tiny, flash or pro "
+       "(or builtin: the built-in model of run and serve)", "PRESET"},
       {"layers", true, "synthetic: number of layers (default: the preset's)", "N"},
       {"quant", true, "synthetic: f32, q8, mxfp4, q2, q4k or native (default mxfp4)", "MIX"},
   };
@@ -22,6 +22,13 @@ std::optional<SyntheticSpec> synthetic_spec_from(const ParsedArgs& a, const Engi
   for (const auto& d : engine.devices) on_device |= d.rfind("cuda:", 0) == 0;
   SyntheticSpec s;
   s.preset = *a.get("synthetic");
+  if (s.preset == "builtin") {  // the built-in model of run/serve (the tiny preset, its seed, f32)
+    s = builtin_spec();
+    s.layers = static_cast<int>(a.get_int("layers", s.layers));
+    s.quant = a.get_or("quant", s.quant);
+    synthetic_config(s);
+    return s;
+  }
   s.layers = static_cast<int>(a.get_int("layers", -1));
   s.quant = a.get_or("quant", "mxfp4");
   s.device_fill = on_device && s.preset != "tiny";

@@ -33,6 +33,7 @@ std::string format_access_line(const AccessRecord& r) {
   if (!r.request_id.empty()) j["stream"] = r.stream;
   if (r.outcome) {
     j["prompt_tokens"] = r.outcome->prompt_tokens;
+    j["cached_tokens"] = r.outcome->cached_tokens;  // of prompt_tokens, from the prefix cache
     j["completion_tokens"] = r.outcome->completion_tokens;
     j["finish"] = finish_name(r.outcome->finish);
     j["ttft_ms"] = std::round(r.outcome->queue_s * 1e4) / 10;

@@ -33,10 +33,11 @@ ojson tool_input(const ToolCall& c) {
   return ojson::object();
 }
 
+// Anthropic counts the cached part of the input apart: input_tokens are the ones computed.
 ojson usage_json(const GenOutcome& o) {
-  return {{"input_tokens", o.prompt_tokens},
+  return {{"input_tokens", o.prompt_tokens - o.cached_tokens},
           {"cache_creation_input_tokens", 0},
-          {"cache_read_input_tokens", 0},
+          {"cache_read_input_tokens", o.cached_tokens},
           {"output_tokens", o.completion_tokens}};
 }
 

@@ -25,6 +25,29 @@ std::string text_of(const ojson& v, const std::string& what, const char* joiner,
   });
 }
 
+// Claude Code (>= 2.1.36) puts "x-anthropic-billing-header: cc_version=...; cch=<nonce>;" first
+// in `system`, with a nonce that changes on every request: left in, no two requests would share
+// a prompt prefix and the prefix cache would never hit. It carries nothing for the model, so a
+// text block (or, in a string, a first line) that starts with it is dropped.
+ojson without_billing_header(const ojson& sys) {
+  static constexpr std::string_view kHeader = "x-anthropic-billing-header:";
+  auto billing = [](const std::string& t) { return t.compare(0, kHeader.size(), kHeader) == 0; };
+  if (sys.is_string()) {
+    const std::string t = sys.get<std::string>();
+    if (!billing(t)) return sys;
+    const size_t nl = t.find('\n');
+    return nl == std::string::npos ? ojson(std::string()) : ojson(t.substr(nl + 1));
+  }
+  if (!sys.is_array()) return sys;
+  ojson out = ojson::array();
+  for (const ojson& b : sys) {
+    const ojson* t = b.is_object() ? field(b, "text") : nullptr;
+    if (t && t->is_string() && billing(t->get<std::string>())) continue;
+    out.push_back(b);
+  }
+  return out;
+}
+
 const ojson& block_field(const ojson& b, const char* key, const std::string& where, bool (ojson::*is)() const noexcept,
                          const char* type) {
   auto it = b.find(key);
@@ -165,7 +188,8 @@ ChatInput anthropic_chat_input(const Service& svc, const ojson& req) {
   ChatInput in;
   in.variant = svc.config().variant;
   in.messages = ojson::array();
-  if (const ojson* sys = field(req, "system")) in.messages.push_back({{"role", "system"}, {"content", text_of(*sys, "system", "\n\n")}});
+  if (const ojson* sys = field(req, "system"))
+    in.messages.push_back({{"role", "system"}, {"content", text_of(without_billing_header(*sys), "system", "\n\n")}});
   for (size_t i = 0; i < messages->size(); ++i) {
     const ojson& m = (*messages)[i];
     const std::string where = cat("messages[", i, "]");

@@ -51,6 +51,13 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
   req.constraint = g->spec_.constraint;
   req.on_token = [g](const SampleResult& r) { return g->on_token(r); };
   req.on_done = [g](FinishReason reason, const std::string& error) { g->on_done(reason, error); };
+  // (A test's prefill tail is not the prompt's state: nothing of it is cached.)
+  req.use_cache = g->spec_.use_cache && req.prompt.size() == g->spec_.prompt.size();
+  req.cache_points = g->spec_.cache_points;
+  req.on_start = [g](int64_t cached) {
+    std::lock_guard<std::mutex> lk(g->mu_);
+    g->outcome_.cached_tokens = cached;
+  };
   if (g->spec_.forced) {
     req.forced_token = [ids = *g->spec_.forced, eos](int64_t step) -> int32_t {
       if (step < static_cast<int64_t>(ids.size())) return ids[static_cast<size_t>(step)];
@@ -204,6 +211,7 @@ void Generation::on_done(FinishReason reason, const std::string& error) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& e : ev) events_.push_back(std::move(e));
+    o.cached_tokens = outcome_.cached_tokens;  // (set when the request started)
     outcome_ = o;
     done_ = true;
   }

@@ -36,6 +36,10 @@ struct GenerationSpec {
   bool chat = false;               // parse the output as a DeepSeek-V4 assistant turn
   DsmlParserOptions parser;        // chat only
   OutputFormat format;             // what the output must be (text: unconstrained)
+  // Prefix cache: whether the request may use it, and the positions of the prompt worth a
+  // snapshot (after each chat-turn marker; Service::start fills them).
+  bool use_cache = true;
+  std::vector<int64_t> cache_points;
   // Chat with the output starting in reasoning: after this many reasoning tokens the next one
   // is "</think>" (Anthropic thinking.budget_tokens). < 0: no budget.
   int64_t reasoning_budget = -1;
@@ -76,6 +80,7 @@ struct GenOutcome {
   std::string error;          // Finish::error / cancelled: why
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t reasoning_tokens = 0;  // of completion_tokens: generated inside the reasoning (chat)
+  int64_t cached_tokens = 0;     // of prompt_tokens: restored from the prefix cache
   double queue_s = 0;   // submit to first token, the prefill included
   double total_s = 0;   // submit to the end
   double decode_s = 0;  // first token to last token

@@ -32,7 +32,8 @@ ApiError outcome_error(const GenOutcome& o) {
 ojson openai_usage(const GenOutcome& o) {
   return {{"prompt_tokens", o.prompt_tokens},
           {"completion_tokens", o.completion_tokens},
-          {"total_tokens", o.prompt_tokens + o.completion_tokens}};
+          {"total_tokens", o.prompt_tokens + o.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
 }
 
 std::string openai_stream_end(const GenOutcome& o, const std::string& final_chunk, ojson base, bool include_usage) {

@@ -24,7 +24,7 @@ struct ResponseMeta {
 
 ojson usage_json(const GenOutcome& o) {
   return {{"input_tokens", o.prompt_tokens},
-          {"input_tokens_details", {{"cached_tokens", 0}}},
+          {"input_tokens_details", {{"cached_tokens", o.cached_tokens}}},
           {"output_tokens", o.completion_tokens},
           {"output_tokens_details", {{"reasoning_tokens", o.reasoning_tokens}}},
           {"total_tokens", o.prompt_tokens + o.completion_tokens}};

@@ -136,6 +136,12 @@ std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* labe
     spec.max_tokens = static_cast<int>(ctx_size() - prompt);
   }
   if (spec.format.kind != OutputFormat::Kind::text && !spec.forced) spec.constraint = compile_format(spec);
+  // Snapshot points for the prefix cache: after every chat-turn marker, where the next turn of
+  // the conversation (or a re-rendered one) still agrees with this prompt.
+  const SpecialIds& sp = tok_.special_ids();
+  spec.cache_points.clear();
+  for (size_t i = 0; i + 1 < spec.prompt.size(); ++i)
+    if (spec.prompt[i] == sp.user || spec.prompt[i] == sp.assistant) spec.cache_points.push_back(static_cast<int64_t>(i + 1));
   std::function<void(const GenOutcome&)> on_finish;
   if (metrics_) on_finish = [m = metrics_, a = std::string(label)](const GenOutcome& o) { m->record_generation(a, o); };
   try {

@@ -58,6 +58,8 @@ function setup(name, { think = false, hold = 0 } = {}) {
 }
 
 const serverArgs = (script, extra) => ['--ctx-size', '65536', '--test-prefill-tail', '512', '--test-force-script', script, ...extra];
+// Whole prompts prefilled (no tail), so that the prefix cache has real states to keep.
+const cachedServerArgs = (script) => ['--ctx-size', '65536', '--threads', '2', '--test-force-script', script];
 const claudeEnv = (home) => ({
   PATH,
   HOME: home,
@@ -73,6 +75,40 @@ const claudeEnv = (home) => ({
   CLAUDE_ENABLE_BYTE_WATCHDOG: 1,
   CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS: 10000,
 });
+
+// Codex's environment and its config: a custom provider on the Responses API, no retries,
+// analytics, feedback and OpenTelemetry off. `extra` adds provider settings.
+function codexJob(s, extra = '') {
+  const codexHome = path.join(s.home, '.codex');
+  fs.mkdirSync(codexHome);
+  const config = `model = "${MODEL}"
+model_provider = "hyperstream"
+check_for_update_on_startup = false
+
+[model_providers.hyperstream]
+name = "hyperstream"
+base_url = "$URL/v1"
+wire_api = "responses"
+env_key = "HS_API_KEY"
+stream_max_retries = 0
+${extra}
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[otel]
+exporter = "none"
+metrics_exporter = "none"
+trace_exporter = "none"
+`;
+  return {
+    env: { PATH, HOME: s.home, CODEX_HOME: codexHome, HS_API_KEY: 'sk-hs-test', TERM: 'dumb' },
+    files: { [path.join(codexHome, 'config.toml')]: config },
+  };
+}
 
 // Runs `job` in the setup's working directory; checks the namespace and the server's exit.
 async function runCli(s, job) {
@@ -126,42 +162,16 @@ test('without keep-alives Claude Code abandons the silent stream and prefills ag
   }
 });
 
+// Codex's own idle watchdog is set short: the held 4 s "prefill" needs keep-alives to survive it.
 test('Codex CLI (exec, Responses API) thinks, runs a shell command and answers; unsupported tools are left out', { skip }, async () => {
   const s = setup('codex', { hold: 4000, think: true });
   try {
-    const codexHome = path.join(s.home, '.codex');
-    fs.mkdirSync(codexHome);
-    const config = `model = "${MODEL}"
-model_provider = "hyperstream"
-check_for_update_on_startup = false
-
-[model_providers.hyperstream]
-name = "hyperstream"
-base_url = "$URL/v1"
-wire_api = "responses"
-env_key = "HS_API_KEY"
-# Codex's own idle watchdog, short: the held 4 s "prefill" needs keep-alives to survive it.
-stream_idle_timeout_ms = 2000
-stream_max_retries = 0
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-
-[otel]
-exporter = "none"
-metrics_exporter = "none"
-trace_exporter = "none"
-`;
     const r = await runCli(s, {
       serverArgs: serverArgs(s.script('exec_command', { cmd: 'cat notes.txt' }), ['--keepalive', '0.5']),
       command: bin('.bin/codex'),
       // With an effort the answers start in reasoning: reasoning items go out and come back.
       args: ['exec', '-c', 'model_reasoning_effort="high"', '--skip-git-repo-check', TASK],
-      env: { PATH, HOME: s.home, CODEX_HOME: codexHome, HS_API_KEY: 'sk-hs-test', TERM: 'dumb' },
-      files: { [path.join(codexHome, 'config.toml')]: config },
+      ...codexJob(s, 'stream_idle_timeout_ms = 2000'),
     });
     assert.equal(r.code, 0, r.stderr);
     assert.equal(r.stdout.trim(), s.answer, r.stderr);
@@ -198,6 +208,52 @@ test('Qwen Code (chat completions) reads a file with read_file and answers; --cl
     assert.deepEqual(calls.slice(0, 2).map((a) => [a.status, a.stream, a.finish]), [[200, true, 'tool_calls'], [200, true, 'stop']]);
     // Qwen Code reserves 32000 output tokens: without the clamp this prompt would be refused.
     assert.ok(calls[0].prompt_tokens + 32000 > 65536, JSON.stringify(calls[0]));
+  } finally {
+    s.cleanup();
+  }
+});
+
+// The prefix cache with the real CLIs: their second request (the tool's result sent back) is a
+// prefix extension of the first, so it computes only what the turn added; the CLI reads the
+// cached count in the usage it gets back (asserted here through the access log, which logs the
+// same usage the response carried).
+test('Claude Code: the second turn of a session is served from the prefix cache', { skip }, async () => {
+  const s = setup('claude-cache', { think: true });
+  try {
+    const r = await runCli(s, {
+      serverArgs: cachedServerArgs(s.script('Read', { file_path: s.notes })),
+      command: bin('@anthropic-ai/claude-code/bin/claude.exe'),
+      args: ['-p', TASK, '--output-format', 'json'],
+      env: claudeEnv(s.home),
+      timeoutMs: 400000, // a whole prefill of its ~30K-token prompt on the CPU
+    });
+    assert.equal(r.code, 0, r.stderr + r.stdout);
+    assert.equal(JSON.parse(r.stdout).result, s.answer);
+    const ok = r.access.filter((a) => a.path === '/v1/messages' && a.status === 200 && a.finish);
+    const [first, second] = [ok.find((a) => a.finish === 'tool_calls'), ok.find((a) => a.finish === 'stop' && a.prompt_tokens > 10000)];
+    assert.ok(first && second, JSON.stringify(ok));
+    console.log('[prefix-cache] Claude Code:', JSON.stringify(ok.map((a) => [a.prompt_tokens, a.cached_tokens, a.finish])));
+    assert.ok(second.cached_tokens >= first.prompt_tokens, JSON.stringify([first, second]));
+  } finally {
+    s.cleanup();
+  }
+});
+
+test('Codex CLI: the second turn of a session is served from the prefix cache', { skip }, async () => {
+  const s = setup('codex-cache');
+  try {
+    const r = await runCli(s, {
+      serverArgs: cachedServerArgs(s.script('exec_command', { cmd: 'cat notes.txt' })),
+      command: bin('.bin/codex'),
+      args: ['exec', '--skip-git-repo-check', TASK],
+      ...codexJob(s),
+    });
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal(r.stdout.trim(), s.answer, r.stderr);
+    const calls = r.access.filter((a) => a.path === '/v1/responses' && a.status === 200);
+    console.log('[prefix-cache] Codex:', JSON.stringify(calls.map((a) => [a.prompt_tokens, a.cached_tokens, a.finish])));
+    assert.equal(calls.length, 2);
+    assert.ok(calls[1].cached_tokens >= calls[0].prompt_tokens, JSON.stringify(calls));
   } finally {
     s.cleanup();
   }
