@@ -127,14 +127,18 @@ inline std::vector<int32_t> random_tokens(int64_t vocab, int64_t n, uint32_t see
 
 inline std::string fixture_dir(const char* name) { return std::string(HS_TEST_DATA) + "/" + name; }
 
-// A parameterised test's case: a fixture under one numerics, named e.g. "tiny_reference".
+// A parameterised test's case: a fixture under one numerics on one device, named e.g.
+// "tiny_reference" or "tiny_model_cuda".
 struct FixtureCase {
   const char* fixture;
   Numerics numerics;
+  const char* device = "cpu";
+  bool on_gpu() const { return std::string(device) != "cpu"; }
 };
 template <typename Info>
 std::string fixture_case_name(const Info& i) {
   std::string n = std::string(i.param.fixture) + (i.param.numerics == Numerics::Model ? "_model" : "_reference");
+  if (i.param.on_gpu()) n += "_cuda";
   for (char& c : n)
     if (c == '-') c = '_';
   return n;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #ifdef HS_HAVE_CUDA
+#include <cstring>
 #include <functional>
 
 #include "backend_ops_util.h"
@@ -651,6 +652,31 @@ TEST_F(BackendOps, Sampling) {
       }
     }
     check_exact("sample", "f32", std::string("V=129280 ") + c.what + " window<=" + std::to_string(window), bad);
+  }
+}
+
+// A constrained request's token mask: the CUDA op against cpu::mask_tokens on the same bits,
+// rows of every density (nearly empty, half, nearly full, a vocabulary not a multiple of 64).
+TEST_F(BackendOps, MaskTokens) {
+  for (const int64_t V : {int64_t{129280}, int64_t{1000}}) {
+    const int64_t rows = 3, words = (V + 63) / 64;
+    const std::vector<float> logits = randv(static_cast<size_t>(rows * V), 1300, 6.0f);
+    std::vector<uint64_t> bits(static_cast<size_t>(rows * words), 0);
+    Rand r(1301);
+    const uint64_t keep_below[] = {uint64_t{1} << 54, uint64_t{1} << 63, ~uint64_t{0} - (uint64_t{1} << 58)};
+    for (int64_t t = 0; t < rows; ++t)
+      for (int64_t i = 0; i < V; ++i)
+        if ((r.bits(static_cast<uint64_t>(t * V + i)) >> 1) < (keep_below[t] >> 1))
+          bits[static_cast<size_t>(t * words + (i >> 6))] |= uint64_t{1} << (i & 63);
+    std::vector<float> ref = logits;
+    for (int64_t t = 0; t < rows; ++t) cpu::mask_tokens(ref.data() + t * V, V, bits.data() + t * words);
+    Dev<float> dl(ctx(), logits);
+    Dev<uint64_t> db(ctx(), bits);
+    hc::mask_tokens(ctx(), dl.p(), rows, V, db.p());
+    const std::vector<float> got = dl.get();
+    int64_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) bad += std::memcmp(&got[i], &ref[i], sizeof(float)) != 0;
+    check_exact("mask_tokens", "f32", dims({rows, V}) + " 1/1024, 1/2, ~1 kept", bad);
   }
 }
 

@@ -1,4 +1,4 @@
-// The prefix cache (engine/prefix_cache.h) on the CPU: a request that restores a cached prefix
+// The prefix cache (engine/prefix_cache.h) on the CPU and on a GPU: a request that restores a cached prefix
 // gets the logits of a cold run bit for bit, for prefixes inside the first page, at a page
 // boundary, one past it, inside a compressor window and over many pages, from each tier (the
 // pools, host memory, disk), after eviction and reload and across a restart; bad files are
@@ -23,9 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-EngineOptions opts(Numerics num, int max_seqs = 4) {
+EngineOptions opts(Numerics num, int max_seqs = 4, const char* device = "cpu") {
   EngineOptions o;
   o.numerics = num;
+  if (std::string(device) != "cpu") o.devices = {device};
   o.threads = 2;
   o.max_seqs = max_seqs;
   return o;
@@ -59,14 +60,32 @@ struct TempDir {
 };
 
 
-class PrefixCacheTest : public testing::TestWithParam<FixtureCase> {};
+// On the CPU a run's logits do not depend on its chunks, so the cold run is chunked its own way;
+// on a GPU (GEMM and matvec paths round differently) it takes the same chunks as the cached
+// prefix and the continuation, so that every difference left is the restored state's.
+std::vector<float> cold_run(Engine& eng, const FixtureCase& c, const std::vector<int32_t>& tokens, int64_t n,
+                            int64_t end) {
+  auto s = eng.new_sequence();
+  if (!c.on_gpu()) return feed(eng, *s, tokens, 0, end, 2);
+  std::vector<float> out = feed(eng, *s, tokens, 0, n, 1);
+  const std::vector<float> rest = feed(eng, *s, tokens, n, end, 3);
+  out.insert(out.end(), rest.begin(), rest.end());
+  return out;
+}
+
+class PrefixCacheTest : public testing::TestWithParam<FixtureCase> {
+ protected:
+  void SetUp() override {
+    if (GetParam().on_gpu() && gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
 
 }  // namespace
 
 // Every prefix length class from every tier: the continuation's logits equal a cold run's.
 TEST_P(PrefixCacheTest, HitsAreBitIdenticalToColdRunsFromEveryTier) {
   const FixtureCase& c = GetParam();
-  Engine eng(fixture_dir(c.fixture), opts(c.numerics));
+  Engine eng(fixture_dir(c.fixture), opts(c.numerics, 4, c.device));
   const int64_t V = eng.config().vocab_size, P = eng.state_layout(0).page;
   int hca = 0;
   for (int r : eng.config().compress_ratios) hca = std::max(hca, r);
@@ -91,8 +110,7 @@ TEST_P(PrefixCacheTest, HitsAreBitIdenticalToColdRunsFromEveryTier) {
         cache.flush();
         ASSERT_EQ(cache.stats().device_entries, 0);
       }
-      auto cold = eng.new_sequence();
-      const std::vector<float> want = feed(eng, *cold, tokens, 0, n + 12, 2);
+      const std::vector<float> want = cold_run(eng, c, tokens, n, n + 12);
       auto b = eng.new_sequence();
       ASSERT_EQ(cache.restore(tokens, static_cast<int64_t>(tokens.size()) - 1, *b), n);
       const std::vector<float> got = feed(eng, *b, tokens, n, n + 12, 3);
@@ -113,7 +131,7 @@ TEST_P(PrefixCacheTest, SnapshotsOnDiskOutliveTheServer) {
   std::vector<int32_t> tokens;
   int64_t V = 0;
   {
-    Engine eng(fixture_dir(c.fixture), opts(c.numerics));
+    Engine eng(fixture_dir(c.fixture), opts(c.numerics, 4, c.device));
     V = eng.config().vocab_size;
     tokens = random_tokens(V, 7 * eng.state_layout(0).page + 3 + 9, 55);
     PrefixCache cache(eng, po);
@@ -121,12 +139,11 @@ TEST_P(PrefixCacheTest, SnapshotsOnDiskOutliveTheServer) {
     feed(eng, *a, tokens, 0, static_cast<int64_t>(tokens.size()) - 9, 1);
     cache.insert(tokens, *a);
   }  // (the cache finishes its writes as it goes)
-  Engine eng(fixture_dir(c.fixture), opts(c.numerics));
+  Engine eng(fixture_dir(c.fixture), opts(c.numerics, 4, c.device));
   PrefixCache cache(eng, po);
   EXPECT_EQ(cache.stats().disk_entries, 1);
   const int64_t n = static_cast<int64_t>(tokens.size()) - 9;
-  auto cold = eng.new_sequence();
-  const std::vector<float> want = feed(eng, *cold, tokens, 0, n + 9, 2);
+  const std::vector<float> want = cold_run(eng, c, tokens, n, n + 9);
   auto b = eng.new_sequence();
   ASSERT_EQ(cache.restore(tokens, n + 8, *b), n);
   EXPECT_TRUE(feed(eng, *b, tokens, n, n + 9, 3) == std::vector<float>(want.begin() + n * V, want.end()));
@@ -135,6 +152,12 @@ TEST_P(PrefixCacheTest, SnapshotsOnDiskOutliveTheServer) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, PrefixCacheTest,
                          testing::Values(FixtureCase{"tiny", Numerics::Reference}, FixtureCase{"tiny", Numerics::Model},
                                          FixtureCase{"small-bf16", Numerics::Reference}),
+                         test::fixture_case_name<testing::TestParamInfo<FixtureCase>>);
+// The same on a GPU (skipped without one): snapshots of device pools, restored bit for bit.
+INSTANTIATE_TEST_SUITE_P(CudaFixtures, PrefixCacheTest,
+                         testing::Values(FixtureCase{"tiny", Numerics::Reference, "cuda:0"},
+                                         FixtureCase{"tiny", Numerics::Model, "cuda:0"},
+                                         FixtureCase{"small-bf16", Numerics::Model, "cuda:0"}),
                          test::fixture_case_name<testing::TestParamInfo<FixtureCase>>);
 
 // The longest cached prefix wins; a prefix that only shares part of an entry's tokens falls back
