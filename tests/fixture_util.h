@@ -3,6 +3,7 @@
 #pragma once
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -135,6 +136,10 @@ struct FixtureCase {
   const char* device = "cpu";
   bool on_gpu() const { return std::string(device) != "cpu"; }
 };
+// (gtest prints the parameter of a failing or skipped case; bytes otherwise)
+inline void PrintTo(const FixtureCase& c, std::ostream* os) {
+  *os << c.fixture << (c.numerics == Numerics::Model ? " model " : " reference ") << c.device;
+}
 template <typename Info>
 std::string fixture_case_name(const Info& i) {
   std::string n = std::string(i.param.fixture) + (i.param.numerics == Numerics::Model ? "_model" : "_reference");

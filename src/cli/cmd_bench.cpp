@@ -59,7 +59,8 @@ int cmd_bench(const Args& args) {
       {"depth", true, "context lengths before decoding (default 0,4096)", "N,N,..."},
       {"reps", true, "repetitions of each prefill measurement, median reported (default 3)", "N"},
       {"json", true, "also write the results as JSON", "FILE"},
-      {"profile", false, "after the runs, print the device time per op of one pp and 16 decode steps"},
+      {"profile", false, "after the runs, print the device time per op of one pp and 16 decode steps (and of 16 "
+       "steps of the widest --seqs batch)"},
       {"seqs", true, "also time decode with N sequences stepping together (continuous batching; tgTxN: "
        "aggregate tok/s of N sequences after a 16-token prompt each)", "N,N,..."},
       {"cache-turn", true, "also time the next turn of an N-token conversation (K new tokens, default 256) cold "
@@ -98,7 +99,9 @@ int cmd_bench(const Args& args) {
   int64_t longest = 64;
   for (int pp : pps) longest = std::max<int64_t>(longest, pp);
   for (int d : depths) longest = std::max<int64_t>(longest, d + tg + 8);
-  if (!batches.empty()) longest = std::max<int64_t>(longest, 16 + tg + 8);  // a 16-token prompt, 4 warm-up steps
+  // a 16-token prompt, 4 warm-up steps (and --profile's 16 steps)
+  if (!batches.empty()) longest = std::max<int64_t>(longest, 16 + std::max<int64_t>(tg, 16) + 8);
+  if (a.has("profile")) longest = std::max<int64_t>(longest, (pps.empty() || pps.front() <= 0 ? 512 : pps.front()) + 16);
   int64_t cache_n = 0, cache_k = 256;
   if (a.has("cache-turn")) {
     const std::vector<int> ck = parse_int_list("--cache-turn", *a.get("cache-turn"));
@@ -173,27 +176,37 @@ int cmd_bench(const Args& args) {
     }
   }
 
+  // B sequences after a 16-token prompt each, stepping together: step(i) decodes token i of a
+  // shared list for all of them in one batched step.
+  struct Batch {
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    std::vector<std::vector<float>> logits;
+    std::vector<StepItem> items;
+  };
+  const auto batch_toks = bench_tokens(std::max<int64_t>(tg, 16) + 4, c.vocab_size, 13);
+  auto make_batch = [&](int B) {
+    Batch bt;
+    bt.logits.assign(static_cast<size_t>(B), std::vector<float>(logits.size()));
+    for (int b = 0; b < B; ++b) {
+      bt.seqs.push_back(eng->new_sequence());
+      const auto prompt = bench_tokens(16, c.vocab_size, 100 + static_cast<uint64_t>(b));
+      eng->step(*bt.seqs.back(), prompt.data(), 16, bt.logits[static_cast<size_t>(b)].data(), false);
+    }
+    bt.items.resize(static_cast<size_t>(B));
+    return bt;
+  };
+  auto batch_step = [&](Batch& bt, int64_t i) {
+    for (size_t b = 0; b < bt.seqs.size(); ++b)
+      bt.items[b] = {bt.seqs[b].get(), &batch_toks[static_cast<size_t>(i)], 1, bt.logits[b].data(), false};
+    eng->step_batch(bt.items);
+  };
   if (tg > 0 && a.has("seqs")) {
     for (int B : batches) {
       if (B < 1) continue;
-      std::vector<std::unique_ptr<Sequence>> ss;
-      std::vector<std::vector<float>> lg(static_cast<size_t>(B), std::vector<float>(logits.size()));
-      for (int b = 0; b < B; ++b) {
-        ss.push_back(eng->new_sequence());
-        const auto prompt = bench_tokens(16, c.vocab_size, 100 + static_cast<uint64_t>(b));
-        eng->step(*ss.back(), prompt.data(), 16, lg[static_cast<size_t>(b)].data(), false);
-      }
-      const auto toks = bench_tokens(tg + 4, c.vocab_size, 13);
-      std::vector<StepItem> items(static_cast<size_t>(B));
-      auto step = [&](int64_t i) {
-        for (int b = 0; b < B; ++b)
-          items[static_cast<size_t>(b)] = {ss[static_cast<size_t>(b)].get(), &toks[static_cast<size_t>(i)], 1,
-                                           lg[static_cast<size_t>(b)].data(), false};
-        eng->step_batch(items);
-      };
-      for (int64_t i = 0; i < 4; ++i) step(i);  // warm-up
+      Batch bt = make_batch(B);
+      for (int64_t i = 0; i < 4; ++i) batch_step(bt, i);  // warm-up
       const auto t0 = Clock::now();
-      for (int64_t i = 0; i < tg; ++i) step(4 + i);
+      for (int64_t i = 0; i < tg; ++i) batch_step(bt, 4 + i);
       Result r{"tg" + std::to_string(tg) + "x" + std::to_string(B), tg * B, 20, seconds_since(t0), B,
                eng->graph_stats().nodes};
       results.push_back(r);
@@ -250,6 +263,16 @@ int cmd_bench(const Args& args) {
     for (int i = 0; i < 16; ++i) eng->step(*seq, &toks[static_cast<size_t>(i)], 1, logits.data(), false);
     profile += "\n16 decode steps after it:\n" + eng->profile_report();
     eng->set_profiling(false);
+    // Batched decode: the widest --seqs batch, 16 steps after 4 unprofiled ones.
+    const int widest = batches.empty() ? 0 : *std::max_element(batches.begin(), batches.end());
+    if (widest > 1) {
+      Batch bt = make_batch(widest);
+      for (int64_t i = 0; i < 4; ++i) batch_step(bt, i);
+      eng->set_profiling(true);
+      for (int64_t i = 0; i < 16; ++i) batch_step(bt, 4 + i);
+      profile += "\n16 decode steps of " + std::to_string(widest) + " sequences together:\n" + eng->profile_report();
+      eng->set_profiling(false);
+    }
     std::printf("%s\n", profile.c_str());
   }
 

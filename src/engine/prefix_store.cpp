@@ -77,10 +77,16 @@ struct In {
   }
 };
 
+// The whole file in one read (a byte iterator reads a 100K-token prefix's pages at ~0.3 GB/s).
 std::optional<std::vector<uint8_t>> slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
   if (!f) return std::nullopt;
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::streamoff size = f.tellg();
+  if (size < 0) return std::nullopt;
+  std::vector<uint8_t> b(static_cast<size_t>(size));
+  f.seekg(0);
+  if (size > 0 && !f.read(reinterpret_cast<char*>(b.data()), size)) return std::nullopt;
+  return b;
 }
 
 // Writes to a temporary name beside `path`, then renames: a crash leaves the old state.
