@@ -158,7 +158,9 @@ struct NativeSrc {
 };
 
 // GGUF blocks: a K-step is 256 elements; the warp stages the step's bytes of its 32 rows in
-// shared memory (cp.async) and decodes 32-element units from there.
+// shared memory (cp.async) and decodes 32-element units from there. Two staging buffers: the
+// next step's bytes are in flight while this one is decoded (with one buffer, each warp waited
+// for its own loads before every step, and the kernel ran at ~20 % of the bandwidth).
 template <GgmlType T>
 struct GgmlSrc {
   using Tr = QTraits<T>;
@@ -166,32 +168,44 @@ struct GgmlSrc {
   static constexpr bool kGgml = true;
   static constexpr int E = 32, TK = 256, kTables = QTableLayout<T>::kBytes;
   static constexpr int kStepBytes = TK / Tr::kBlk * Tr::kBytes, kRowChunks = (kStepBytes + 30) / 16;
-  static constexpr int kRowStage = kRowChunks * 16 + 16;
-  __host__ __device__ static constexpr size_t pf_smem() { return kTables + size_t{kWarps} * 32 * kRowStage; }
+  static constexpr int kRowStage = kRowChunks * 16 + 16, kWarpStage = 32 * kRowStage;
+  __host__ __device__ static constexpr size_t pf_smem() { return kTables + size_t{kWarps} * 2 * kWarpStage; }
   QTabs tabs;
-  uint8_t* stage;
+  uint8_t* stage;  // this warp's two buffers
+  const uint8_t* cur;  // the buffer of step ks_
   int64_t rb, cols, ks_;
   float v[2][32];
   __device__ void init(uint8_t* smem, const PfArgs& a) {
     tabs = stage_tables<T>(smem);  // published by the first barrier of the work loop
-    stage = smem + kTables + (threadIdx.x >> 5) * 32 * kRowStage;
+    stage = smem + kTables + (threadIdx.x >> 5) * 2 * kWarpStage;
     rb = a.cols / Tr::kBlk * Tr::kBytes;
     cols = a.cols;
   }
-  template <bool BF> __device__ void begin(const PfUnit&) {}
-  template <bool BF>
-  __device__ void step(const PfUnit& u, int64_t ks, int64_t) {
+  // Queues the bytes of step ks of the unit's 32 rows into buffer buf, as one cp.async group.
+  __device__ void issue(const PfUnit& u, int64_t ks, int buf) {
     const int64_t lo = ks * kStepBytes, hi = min64(rb, lo + kStepBytes);
+    uint8_t* st = stage + buf * kWarpStage;
     for (int j = threadIdx.x & 31; j < 32 * kRowChunks; j += 32) {
       const int row = j / kRowChunks, f = row >> 4;
       const uint8_t* base = u.w[f] + u.grow(f, row & 15) * rb;
       const uint8_t* p = reinterpret_cast<const uint8_t*>(
           (reinterpret_cast<uintptr_t>(base + lo) & ~uintptr_t{15}) + 16 * (j % kRowChunks));
-      if (p < base + hi) cp_async16(stage + row * kRowStage + (j % kRowChunks) * 16, p, u.end[f]);
+      if (p < base + hi) cp_async16(st + row * kRowStage + (j % kRowChunks) * 16, p, u.end[f]);
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  template <bool BF> __device__ void begin(const PfUnit& u) { issue(u, 0, 0); }
+  template <bool BF>
+  __device__ void step(const PfUnit& u, int64_t ks, int64_t nks) {
+    if (ks + 1 < nks) {
+      issue(u, ks + 1, static_cast<int>((ks + 1) & 1));  // its buffer was released by end_step
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+    }
     __syncwarp();
     ks_ = ks;
+    cur = stage + (ks & 1) * kWarpStage;
   }
   template <bool BF>
   __device__ void prepare(const PfUnit& u, int i, int s) {  // item i -> v[s]
@@ -202,14 +216,14 @@ struct GgmlSrc {
       return;
     }
     const int head = static_cast<int>(reinterpret_cast<uintptr_t>(u.w[f] + u.grow(f, rr) * rb + ks_ * kStepBytes) & 15);
-    QDecode<T>::unit(BlockIn{reinterpret_cast<const uint32_t*>(stage + (f * 16 + rr) * kRowStage),
+    QDecode<T>::unit(BlockIn{reinterpret_cast<const uint32_t*>(cur + (f * 16 + rr) * kRowStage),
                              head + ch * 32 / Tr::kBlk * Tr::kBytes},
                      ch * 32 % Tr::kBlk / 32, tabs, v[s]);
   }
   __device__ void get(int, int s, int p, float (&w)[4]) const {
     HS_UNROLL for (int q = 0; q < 4; ++q) w[q] = v[s][4 * p + q];
   }
-  __device__ void end_step() { __syncwarp(); }  // the staging buffer is rewritten next
+  __device__ void end_step() { __syncwarp(); }  // every lane is done with this step's buffer
 };
 
 template <bool BF>
