@@ -138,7 +138,6 @@ void HttpConnection::on_read(const error_code& ec, size_t n) {
 
 void HttpConnection::on_header() {
   HttpRequest& req = reader_->request();
-  begin_in_flight();
   rec_->method = req.method;
   rec_->path = req.path;
   head_only_ = req.method == "HEAD";
@@ -149,6 +148,7 @@ void HttpConnection::on_header() {
     clear_deadline();
     return respond(std::move(*now));
   }
+  begin_in_flight();  // (answers made at the header, /metrics among them, are not counted)
   reader_->allow_body();
   if (reader_->state() == RequestReader::State::body) {
     phase_ = Phase::body;
@@ -179,7 +179,6 @@ void HttpConnection::dispatch() {
 
 void HttpConnection::answer_failure() {
   const ReadFailure f = reader_->failure();
-  begin_in_flight();
   rec_->method = reader_->request().method;
   rec_->path = reader_->request().path;
   if (rec_->start == Clock::time_point{}) rec_->start = Clock::now();
@@ -211,6 +210,7 @@ void HttpConnection::respond(HttpAnswer ans) {
   if (ans.job) return start_job(std::move(ans));
   std::string bytes = head(ans.status, ans.content_type, ans.headers, ans.body.size());
   if (!head_only_) bytes += ans.body;
+  log_request();  // before the last bytes: a client holding the answer finds its log line
   send(std::move(bytes), [this] { finish_request(); });
 }
 
@@ -291,6 +291,7 @@ void HttpConnection::pump() {
         bytes += "0\r\n\r\n";
       }
       end_job();
+      log_request();
       return send(std::move(bytes), [this] { finish_request(); });
     }
     if (!bytes.empty()) {
@@ -319,6 +320,7 @@ void HttpConnection::pump() {
   end_job();
   std::string out = head(status, type, {}, body.size());
   if (!head_only_) out += body;
+  log_request();
   send(std::move(out), [this] { finish_request(); });
 }
 
@@ -333,7 +335,10 @@ void HttpConnection::end_job() {
 
 void HttpConnection::peer_gone() {
   gone_ = true;
-  if (!job_) return;  // (the handler is still running: respond() comes here again)
+  if (!job_) {
+    if (!rec_) close();  // the answer was written (in part): nothing more to do
+    return;              // else the handler is still running: respond() comes here again
+  }
   rec_->disconnected = true;
   if (!job_stream_) rec_->status = 499;  // nobody reads it (nginx's "client closed request", for the log)
   end_job();
@@ -343,7 +348,7 @@ void HttpConnection::peer_gone() {
   close();
 }
 
-void HttpConnection::finish_request() {
+void HttpConnection::log_request() {
   if (rec_) {
     if (rec_->start != Clock::time_point{})
       rec_->seconds = std::chrono::duration<double>(Clock::now() - rec_->start).count();
@@ -351,6 +356,10 @@ void HttpConnection::finish_request() {
     rec_.reset();
   }
   end_in_flight();
+}
+
+void HttpConnection::finish_request() {
+  log_request();
   req_.reset();
   if (gone_) return close();
   if (close_after_ || draining_ || host_.draining()) return close_after_response();

@@ -100,6 +100,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void pump();
   void arm_poll();
   void end_job();
+  void log_request();
   void finish_request();
   void peer_gone();
   void begin_in_flight();

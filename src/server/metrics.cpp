@@ -217,7 +217,7 @@ std::string Metrics::render(const EngineView& v) const {
   sample(out, p + "http_streams_open", "", double(streams_open_));
   header(out, p + "http_connections_open", "gauge", "HTTP connections open now (idle keep-alive ones included)");
   sample(out, p + "http_connections_open", "", double(connections_open_));
-  header(out, p + "http_requests_in_flight", "gauge", "HTTP requests read up to their header and not yet answered");
+  header(out, p + "http_requests_in_flight", "gauge", "HTTP requests whose body is being read or that are being handled or answered");
   sample(out, p + "http_requests_in_flight", "", double(requests_in_flight_));
   header(out, p + "http_requests_total", "counter", "HTTP requests by route and status");
   for (const auto& [k, n] : http_requests_)
