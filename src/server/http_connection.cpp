@@ -4,6 +4,7 @@
 #include <boost/asio/write.hpp>
 
 #include <atomic>
+#include <cstring>
 
 #include "server/http_response.h"
 #include "server/openai_api.h"
@@ -15,7 +16,9 @@ namespace asio = boost::asio;
 using boost::system::error_code;
 
 namespace {
-constexpr size_t kReadChunk = 64u << 10;
+// Reads land in the connection's own scratch array and are then appended to buf_: a read must
+// never target buf_ itself, whose consume() may move its storage while the read is pending.
+constexpr size_t kReadChunk = 16u << 10;
 constexpr auto kPollInterval = std::chrono::milliseconds(25);  // keep-alive events, held prefills
 constexpr auto kLinger = std::chrono::seconds(2);  // reading what a client still sends before closing
 }  // namespace
@@ -109,8 +112,12 @@ void HttpConnection::read_more() {
     // A header must fit whole in the buffer (the reader fails it past the limit).
     want = std::min(kReadChunk, limits_.max_header_bytes + 1 - std::min(buf_.size(), limits_.max_header_bytes));
   }
+  start_read(std::max<size_t>(want, 1));
+}
+
+void HttpConnection::start_read(size_t want) {
   reading_ = true;
-  sock_.async_read_some(buf_.prepare(std::max<size_t>(want, 1)),
+  sock_.async_read_some(asio::buffer(scratch_.data(), std::min(want, scratch_.size())),
                         [self = shared_from_this()](const error_code& ec, size_t n) { self->on_read(ec, n); });
 }
 
@@ -118,19 +125,15 @@ void HttpConnection::on_read(const error_code& ec, size_t n) {
   reading_ = false;
   if (phase_ == Phase::closed) return;
   if (phase_ == Phase::lingering) {  // discarding what the client still sends
-    buf_.consume(buf_.size());
     if (ec) return close();
-    buf_.commit(n);
-    buf_.consume(buf_.size());
-    reading_ = true;
-    sock_.async_read_some(buf_.prepare(kReadChunk),
-                          [self = shared_from_this()](const error_code& e, size_t m) { self->on_read(e, m); });
-    return;
+    return start_read(kReadChunk);
   }
   if (ec) {
     if (phase_ == Phase::handling) return peer_gone();
     return close();  // gone between requests or in the middle of one: nobody to answer
   }
+  auto room = buf_.prepare(n);
+  std::memcpy(room.data(), scratch_.data(), n);
   buf_.commit(n);
   if (phase_ == Phase::handling) return read_more();
   parse();
@@ -436,11 +439,7 @@ void HttpConnection::close_after_response() {
   phase_ = Phase::lingering;
   set_deadline(kLinger);
   buf_.consume(buf_.size());
-  if (!reading_) {
-    reading_ = true;
-    sock_.async_read_some(buf_.prepare(kReadChunk),
-                          [self = shared_from_this()](const error_code& e, size_t m) { self->on_read(e, m); });
-  }
+  if (!reading_) start_read(kReadChunk);
 }
 
 void HttpConnection::close() {

@@ -12,6 +12,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -91,6 +92,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void begin_request();
   void parse();
   void read_more();
+  void start_read(size_t want);
   void on_read(const boost::system::error_code& ec, size_t n);
   void on_header();
   void dispatch();
@@ -120,7 +122,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   const HttpLimits& limits_;
   boost::asio::steady_timer timer_, poll_timer_;
   uint64_t timer_gen_ = 0;
-  boost::beast::flat_buffer buf_;
+  boost::beast::flat_buffer buf_;  // received, not yet parsed
+  std::array<char, 16384> scratch_;  // what a pending read fills
   std::string remote_;
   Phase phase_ = Phase::idle;
   bool reading_ = false, writing_ = false, poll_armed_ = false;
