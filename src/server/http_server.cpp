@@ -420,15 +420,16 @@ void HttpServer::shutdown(std::chrono::milliseconds grace, const std::function<b
       m.cv.wait_for(lk, std::chrono::milliseconds(50));
     }
     for (auto& [key, gen] : m.live) gen->cancel();  // their streams end with an error event
-    m.cv.wait(lk, [&] { return m.live.empty(); });
-    // The last answers are written (a client that does not read them is cut off).
-    m.cv.wait_for(lk, std::chrono::seconds(2), [&] { return m.conns.empty(); });
+    // The last answers are written; a client that does not read its answer is cut off after
+    // 2 s (closing its connection ends its generation's job).
+    m.cv.wait_for(lk, std::chrono::seconds(2), [&] { return m.live.empty() && m.conns.empty(); });
   }
   m.each_connection(&HttpConnection::abort);
   m.workers->join();
   {
     std::unique_lock<std::mutex> lk(m.mu);
-    m.cv.wait_for(lk, std::chrono::seconds(1), [&] { return m.conns.empty(); });
+    m.cv.wait_for(lk, std::chrono::seconds(1), [&] { return m.live.empty() && m.conns.empty(); });
+    for (auto& [key, gen] : m.live) gen->cancel();
   }
   m.work.reset();
   m.ioc.stop();
