@@ -32,8 +32,7 @@ for t in "${targets[@]}"; do
   strip -o "$out/bin/$t" "$bin"
 done
 # The hyperstream binary links the server's libraries dynamically; the device has CUDA only.
-for l in libpcre2-8.so.0 libcpp-httplib.so.0.11 libssl.so.3 libcrypto.so.3 libz.so.1 libbrotlidec.so.1 \
-         libbrotlienc.so.1 libbrotlicommon.so.1; do
+for l in libpcre2-8.so.0 libz.so.1; do
   [ -e "/lib/x86_64-linux-gnu/$l" ] && cp -L "/lib/x86_64-linux-gnu/$l" "$out/bin/lib/"
 done
 # One xz stream over everything: the binaries share most of their code (the engine and the

@@ -7,7 +7,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
+  nlohmann-json3-dev libpcre2-dev
+  libboost-dev zlib1g-dev  # the HTTP server (Boost.Asio/Beast, header-only) and its gzip/deflate request bodies
   iproute2 util-linux  # ip and unshare: the agent-CLI tests run in a loopback-only network namespace
 )
 

@@ -3,6 +3,7 @@
 // `run` shares.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "cli/args.h"
 #include "cli/engine_args.h"
@@ -10,6 +11,7 @@
 #include "cli/synthetic_args.h"
 #include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
+#include "server/api_key.h"
 #include "server/http_server.h"
 #include "server/model_loader.h"
 #include "server/service.h"
@@ -74,6 +76,29 @@ SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engin
   return s;
 }
 
+// The request limits of serve (server/http_limits.h), checked.
+server::HttpLimits http_limits_from(const ParsedArgs& a) {
+  server::HttpLimits l;
+  auto bytes = [&](const char* name, size_t def, long long lo) {
+    const long long v = a.get_int(name, static_cast<long long>(def));
+    HS_CHECK(v >= lo && v <= (1LL << 40), "--", name, " must be between ", lo, " and 2^40, got ", v);
+    return static_cast<size_t>(v);
+  };
+  l.max_header_bytes = bytes("max-header-bytes", l.max_header_bytes, 1024);
+  l.max_headers = bytes("max-headers", l.max_headers, 8);
+  l.max_body_bytes = bytes("max-body-bytes", l.max_body_bytes, 0);
+  auto seconds = [&](const char* name, std::chrono::milliseconds def) {
+    const double v = a.get_double(name, static_cast<double>(def.count()) / 1000.0);
+    HS_CHECK(v > 0 && v <= 86400, "--", name, " must be more than 0 and at most 86400 seconds, got ", v);
+    return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(v * 1000)));
+  };
+  l.header_timeout = seconds("header-timeout", l.header_timeout);
+  l.body_timeout = seconds("body-timeout", l.body_timeout);
+  l.idle_timeout = seconds("idle-timeout", l.idle_timeout);
+  l.send_timeout = seconds("send-timeout", l.send_timeout);
+  return l;
+}
+
 int cmd_serve(const Args& args) {
   // First, before any thread exists: SIGTERM/SIGINT arrive through a signalfd.
   server::SignalWatcher signals;
@@ -81,10 +106,24 @@ int cmd_serve(const Args& args) {
   std::vector<OptionSpec> specs = {
       {"host", true, "address to listen on (default 127.0.0.1)", "ADDR"},
       {"port", true, "port (default 8000; 0: any free port, printed at start)", "N"},
-      {"api-key", true, "require this key (Authorization: Bearer KEY or x-api-key: KEY) on the API", "KEY"},
+      {"api-key", true, "require this key (Authorization: Bearer KEY or x-api-key: KEY) on the API (visible in ps: "
+                        "prefer --api-key-file or HYPERSTREAM_API_KEY)", "KEY"},
+      {"api-key-file", true, "require the key on the first line of PATH", "PATH"},
       {"cors", false, "allow cross-origin requests (Access-Control-Allow-Origin: *)"},
       {"max-seqs", true, "sequences decoded together (default 8; each has a slot in the state pools)", "N"},
-      {"http-threads", true, "HTTP worker threads; each open stream holds one (default: max(64, 4 x max-seqs))", "N"},
+      {"http-threads", true, "threads that run request handlers (JSON, tokenizing; default 4); idle connections "
+                             "and streams hold none", "N"},
+      {"io-threads", true, "event-loop threads reading and writing every connection (default 2)", "N"},
+      {"listen-backlog", true, "connections the kernel queues before they are accepted (default 4096; capped by "
+                               "net.core.somaxconn)", "N"},
+      {"max-header-bytes", true, "request line and header fields, in bytes (default 65536; more: 431)", "N"},
+      {"max-headers", true, "header fields per request (default 128; more: 431)", "N"},
+      {"max-body-bytes", true, "request body in bytes, as sent and after gzip/deflate (default 67108864; more: 413)", "N"},
+      {"header-timeout", true, "seconds from a request's first byte to the end of its header (default 10; then 408)", "S"},
+      {"body-timeout", true, "seconds from the end of the header to the end of the body (default 60; then 408)", "S"},
+      {"idle-timeout", true, "seconds a keep-alive connection may wait for its next request (default 60)", "S"},
+      {"send-timeout", true, "seconds a write may wait for the client to read (default 60; then the connection is "
+                             "closed)", "S"},
       {"default-thinking", false, "thinking mode for requests that do not choose (default: chat mode)"},
       {"shutdown-timeout", true, "seconds running requests get to finish on SIGTERM/SIGINT (default 30)", "S"},
       {"model-alias", true, "another id the model answers to, listed by /v1/models (repeatable)", "NAME"},
@@ -130,13 +169,17 @@ int cmd_serve(const Args& args) {
   http.host = a.get_or("host", "127.0.0.1");
   http.port = static_cast<int>(a.get_int("port", 8000));
   HS_CHECK(http.port >= 0 && http.port <= 65535, "--port must be in [0, 65535], got ", http.port);
-  http.api_key = a.get("api-key");
-  if (http.api_key) HS_CHECK(!http.api_key->empty(), "--api-key must not be empty");
+  http.api_key = server::resolve_api_key(a.get("api-key"), a.get("api-key-file"), std::getenv("HYPERSTREAM_API_KEY"));
   http.cors = a.has("cors");
   const int max_seqs = static_cast<int>(a.get_int("max-seqs", 8));
   HS_CHECK(max_seqs >= 1, "--max-seqs must be at least 1, got ", max_seqs);
-  http.threads = static_cast<int>(a.get_int("http-threads", std::max(64, 4 * max_seqs)));
-  HS_CHECK(http.threads >= 2, "--http-threads must be at least 2, got ", http.threads);
+  http.threads = static_cast<int>(a.get_int("http-threads", 4));
+  HS_CHECK(http.threads >= 1 && http.threads <= 1024, "--http-threads must be between 1 and 1024, got ", http.threads);
+  http.io_threads = static_cast<int>(a.get_int("io-threads", 2));
+  HS_CHECK(http.io_threads >= 1 && http.io_threads <= 256, "--io-threads must be between 1 and 256, got ", http.io_threads);
+  http.listen_backlog = static_cast<int>(std::clamp<long long>(a.get_int("listen-backlog", 4096), 0, 1 << 20));
+  HS_CHECK(http.listen_backlog >= 1, "--listen-backlog must be at least 1");
+  http.limits = http_limits_from(a);
   const double grace_s = a.get_double("shutdown-timeout", 30);
   HS_CHECK(grace_s >= 0, "--shutdown-timeout must be at least 0");
   const std::string pc = a.get_or("prefix-cache", "on");

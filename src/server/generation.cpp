@@ -159,12 +159,20 @@ void Generation::end_text(std::vector<GenEvent>& out) {
 
 void Generation::push(std::vector<GenEvent> events, std::optional<TokenInfo> token) {
   if (events.empty() && !token) return;
+  std::function<void()> notify;
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& e : events) events_.push_back(std::move(e));
     if (token) tokens_.push_back(std::move(*token));
+    notify = notify_;
   }
   cv_.notify_all();
+  if (notify) notify();
+}
+
+void Generation::set_notify(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lk(mu_);
+  notify_ = std::move(fn);
 }
 
 void Generation::on_done(FinishReason reason, const std::string& error) {
@@ -176,6 +184,7 @@ void Generation::on_done(FinishReason reason, const std::string& error) {
     failure = e.what();
   }
   GenOutcome o;
+  std::function<void()> notify;
   bool cancel_requested;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -214,8 +223,10 @@ void Generation::on_done(FinishReason reason, const std::string& error) {
     o.cached_tokens = outcome_.cached_tokens;  // (set when the request started)
     outcome_ = o;
     done_ = true;
+    notify = notify_;
   }
   cv_.notify_all();
+  if (notify) notify();
   if (on_finish_) on_finish_(o);
 }
 

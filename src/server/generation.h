@@ -104,6 +104,10 @@ class Generation {
 
   // Waits up to `timeout` for events or the end; returns what arrived (possibly nothing).
   GenBatch next(std::chrono::milliseconds timeout);
+  // Called whenever events or the end arrive (on the scheduler thread, outside any lock of
+  // this object), so an event loop can pull next(0) instead of blocking a thread in next();
+  // it must be quick and must not call set_notify. Empty: none.
+  void set_notify(std::function<void()> fn);
   // Stops the generation (idempotent); the outcome becomes `cancelled` unless it already ended.
   void cancel();
   bool cancelled() const;
@@ -155,6 +159,7 @@ class Generation {
   bool cancel_requested_ = false;
   GenOutcome outcome_;
   std::optional<GenerationRequest> held_;  // spec.hold_prefill: not yet submitted
+  std::function<void()> notify_;
   std::chrono::steady_clock::time_point release_at_;
 };
 

@@ -1,7 +1,8 @@
-// The HTTP front end (cpp-httplib): routes of both APIs, API key check, CORS, /health,
-// /metrics, the access log, streaming of generations with disconnect detection, and the
-// graceful shutdown sequence. It serves from start() on; until set_service() the API answers
-// 503 (loading) so that /health can report the model load.
+// The HTTP front end, event-driven on Boost.Asio (server/http_connection.h): routes of both
+// APIs, the API key (checked before the body is read), CORS, /health, /metrics, the access
+// log, request limits and deadlines, streaming of generations with disconnect detection, and
+// the graceful shutdown sequence. It serves from start() on; until set_service() the API
+// answers 503 (loading) so that /health can report the model load.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "server/http_limits.h"
 #include "server/metrics.h"
 #include "server/service.h"
 
@@ -19,8 +21,10 @@ struct HttpOptions {
   int port = 8000;                     // 0: any free port (start() returns it)
   std::optional<std::string> api_key;  // Bearer token or x-api-key on /v1/*, /tokenize, /detokenize
   bool cors = false;                   // Access-Control-Allow-Origin: * and preflight answers
-  int threads = 0;                     // HTTP worker threads (each open stream holds one); 0: auto
-  size_t max_body_bytes = 64u << 20;
+  int threads = 0;                     // worker threads running the handlers (parsing, tokenizing); 0: 4
+  int io_threads = 0;                  // event-loop threads (reads, writes, streams); 0: 2
+  int listen_backlog = 4096;           // pending connections the kernel queues (capped by net.core.somaxconn)
+  HttpLimits limits;
 };
 
 class HttpServer {

@@ -115,6 +115,26 @@ void Metrics::stream_closed() {
   --streams_open_;
 }
 
+void Metrics::http_connection_opened() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++connections_open_;
+}
+
+void Metrics::http_connection_closed() {
+  std::lock_guard<std::mutex> lk(mu_);
+  --connections_open_;
+}
+
+void Metrics::http_request_began() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++requests_in_flight_;
+}
+
+void Metrics::http_request_ended() {
+  std::lock_guard<std::mutex> lk(mu_);
+  --requests_in_flight_;
+}
+
 std::string Metrics::render(const EngineView& v) const {
   struct Scalar {
     const char* name;
@@ -195,6 +215,10 @@ std::string Metrics::render(const EngineView& v) const {
   std::lock_guard<std::mutex> lk(mu_);
   header(out, p + "http_streams_open", "gauge", "HTTP responses being streamed now");
   sample(out, p + "http_streams_open", "", double(streams_open_));
+  header(out, p + "http_connections_open", "gauge", "HTTP connections open now (idle keep-alive ones included)");
+  sample(out, p + "http_connections_open", "", double(connections_open_));
+  header(out, p + "http_requests_in_flight", "gauge", "HTTP requests whose body is being read or that are being handled or answered");
+  sample(out, p + "http_requests_in_flight", "", double(requests_in_flight_));
   header(out, p + "http_requests_total", "counter", "HTTP requests by route and status");
   for (const auto& [k, n] : http_requests_)
     sample(out, p + "http_requests_total", label("route", k.first) + "," + label("status", std::to_string(k.second)),

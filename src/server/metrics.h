@@ -35,6 +35,10 @@ class Metrics {
   void record_generation(const std::string& api, const GenOutcome& o);
   void stream_opened();
   void stream_closed();
+  void http_connection_opened();
+  void http_connection_closed();
+  void http_request_began();  // header read, not yet answered
+  void http_request_ended();
 
   struct EngineView {
     bool ready = false;
@@ -51,6 +55,7 @@ class Metrics {
   std::map<std::pair<std::string, std::string>, uint64_t> finished_;  // (api, finish)
   Histogram ttft_, e2e_, prefill_tps_, decode_tps_, prompt_len_, gen_len_;
   int64_t streams_open_ = 0;
+  int64_t connections_open_ = 0, requests_in_flight_ = 0;
 };
 
 }  // namespace hs::server

@@ -8,11 +8,11 @@ if (!CLI) throw new Error('HS_CLI (the hyperstream binary) is not set; run these
 export const MODEL = 'hyperstream-builtin';
 
 // Starts a server; resolves once /health answers 200. `args` are extra serve options; `log` its
-// HS_LOG level.
-export async function startServer(args = [], { threads = 1, log = 'error' } = {}) {
+// HS_LOG level; `env` more environment variables.
+export async function startServer(args = [], { threads = 1, log = 'error', env = {} } = {}) {
   const proc = spawn(CLI, ['serve', '--port', '0', '--threads', String(threads), ...args], {
     stdio: ['ignore', 'ignore', 'pipe'],
-    env: { ...process.env, HS_LOG: log },
+    env: { ...process.env, HS_LOG: log, ...env },
   });
   let stderr = '';
   const exited = once(proc, 'exit');
