@@ -2,7 +2,7 @@
 // files and our own exports (gguf-ds4.md §1-2, quant-formats.md §5). Tensor names are the
 // canonical names plus ".weight" (".bias" for exp_probs_b); a bare name is accepted too.
 // Shapes are GGUF ne (innermost first). Tensors outside the inventory (an MTP block as
-// blk.43.* or mtp.0.*, extra metadata tensors) are ignored. Vectors and HC projections may be
+// blk.43.* or mtp.0.*) are read only by the drafter (mtp_specs); extra metadata tensors are ignored. Vectors and HC projections may be
 // F32, F16 or BF16; tid2eid I32 (or I64); matrices and experts any type with a dequantizer.
 #include <cstring>
 
@@ -51,6 +51,11 @@ class GgufSource : public ModelSource {
 
   void check(const TensorSpec& spec) const override {
     const gguf::TensorInfo* t = find(spec);
+    if (!t && spec.name.rfind("mtp.", 0) == 0) {
+      std::string tried;
+      for (const std::string& n : mtp_gguf_names(spec.name, config_.n_layers)) tried += (tried.empty() ? "" : ", ") + n;
+      fail(path_, ": missing MTP tensor ", spec.name, " (looked for ", tried, ")");
+    }
     HS_CHECK(t, path_, ": missing tensor ", spec.name, spec.name.ends_with("exp_probs_b") ? ".bias" : ".weight");
     std::vector<int64_t> shape(t->ne.rbegin(), t->ne.rend());
     HS_CHECK(shape == spec.shape, path_, ": tensor ", t->name, ": shape ", shape_str(shape), " (ne reversed), expected ",
@@ -135,9 +140,11 @@ class GgufSource : public ModelSource {
   }
 
  private:
+  // MTP tensors ("mtp.*") are looked up under every layout GGUFs use (mtp_gguf_names).
   const gguf::TensorInfo* find(const TensorSpec& spec) const {
-    for (const char* suffix : {".weight", ".bias", ""})
-      if (const auto* t = f_.find_tensor(spec.name + suffix)) return t;
+    for (const std::string& name : mtp_gguf_names(spec.name, config_.n_layers))
+      for (const char* suffix : {".weight", ".bias", ""})
+        if (const auto* t = f_.find_tensor(name + suffix)) return t;
     return nullptr;
   }
 

@@ -1,0 +1,165 @@
+// The MTP drafter's tensors (issue 16): every GGUF layout (llama.cpp's converter blk.<n>.nextn.*,
+// Unsloth's counted block, antirez's mtp.0.*) and the in-memory synthetic source give the same
+// weights; a missing or mis-shaped MTP tensor, or none at all under --draft mtp, is an error that
+// names it; --draft auto without an MTP block loads the model without a drafter.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/mtp.h"
+#include "engine/weights.h"
+#include "format/gguf.h"
+#include "model/synthetic.h"
+#include "util/error.h"
+
+namespace hs {
+namespace {
+
+SyntheticSpec mtp_spec(const std::string& layout, int layers = 3) {
+  SyntheticSpec s;
+  s.layers = layers;
+  s.seed = 7;
+  s.draft = "mtp";
+  s.draft_layout = layout;
+  return s;
+}
+
+std::string temp(const std::string& name) { return testing::TempDir() + "/hs_mtp_" + name + ".gguf"; }
+
+// A copy of a GGUF with tensor `drop` left out, or (with keep_cols > 0) its rows cut to that many
+// elements (a mis-shaped tensor).
+void copy_gguf(const std::string& from, const std::string& to, const std::string& drop, int64_t keep_cols = 0) {
+  const gguf::File f(from);
+  gguf::Writer w;
+  for (const auto& k : f.keys()) w.set(k, *f.find(k));
+  std::vector<std::vector<uint8_t>> cut;
+  cut.reserve(f.tensors().size());
+  for (const auto& t : f.tensors()) {
+    if (t.name != drop) {
+      w.add_tensor(t.name, t.type, t.ne, f.tensor_data(t), t.nbytes);
+      continue;
+    }
+    if (keep_cols <= 0) continue;
+    ASSERT_EQ(t.type, GgmlType::F32);
+    std::vector<int64_t> ne = t.ne;
+    ne[0] = keep_cols;
+    const int64_t rows = t.n_elements() / t.ne[0];
+    cut.emplace_back(static_cast<size_t>(rows * keep_cols * 4));
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(cut.back().data() + r * keep_cols * 4, f.tensor_data(t) + r * t.ne[0] * 4, static_cast<size_t>(keep_cols * 4));
+    w.add_tensor(t.name, t.type, ne, cut.back().data(), cut.back().size());
+  }
+  w.write(to);
+}
+
+TEST(MtpLoad, EveryLayoutGivesTheSameWeights) {
+  const auto mem = make_synthetic_source(mtp_spec("nextn"));
+  ASSERT_TRUE(mem->has_mtp());
+  EXPECT_TRUE(mem->validate_mtp().empty());
+  const MtpWeights ref = load_mtp_weights(*mem);
+  const int64_t D = mem->config().dim;
+  ASSERT_EQ(ref.e_proj.rows, D);
+  ASSERT_EQ(ref.e_proj.cols, D);
+  EXPECT_EQ(ref.block.layer, mem->config().n_layers);
+  EXPECT_FALSE(ref.block.gate_bias.empty());  // the MTP block is score-routed
+  EXPECT_FALSE(ref.block.has_compressor);      // and SWA-only (ratio 0)
+  // The fused eh_proj [D, 2D]: e_proj is its first D columns, h_proj the rest.
+  const auto specs = mem->mtp_specs();
+  ASSERT_EQ(specs.front().name, "mtp.eh_proj");
+  const std::vector<float> eh = mem->read_f32(specs.front());
+  for (int64_t r = 0; r < D; r += 7)
+    for (int64_t c = 0; c < D; c += 5) {
+      ASSERT_EQ(ref.e_proj.w[static_cast<size_t>(r * D + c)], eh[static_cast<size_t>(r * 2 * D + c)]);
+      ASSERT_EQ(ref.h_proj.w[static_cast<size_t>(r * D + c)], eh[static_cast<size_t>(r * 2 * D + D + c)]);
+    }
+  for (const std::string layout : {"nextn", "nextn-counted"}) {
+    const std::string path = temp(layout);
+    write_synthetic_gguf(mtp_spec(layout), path);
+    const auto src = ModelSource::open(path);
+    EXPECT_EQ(src->config().n_layers, 3) << layout;  // the counted block is not a main layer
+    EXPECT_EQ(src->config().n_mtp_layers, 1) << layout;
+    ASSERT_TRUE(src->validate_mtp().empty()) << layout << ": " << src->validate_mtp().front();
+    const MtpWeights w = load_mtp_weights(*src);
+    EXPECT_EQ(w.e_proj.w, ref.e_proj.w) << layout;
+    EXPECT_EQ(w.h_proj.w, ref.h_proj.w) << layout;
+    EXPECT_EQ(w.block.wq_a.w, ref.block.wq_a.w) << layout;
+    EXPECT_EQ(w.block.w2.w, ref.block.w2.w) << layout;
+    EXPECT_EQ(w.hc_head.fn, ref.hc_head.fn) << layout;
+    EXPECT_EQ(w.norm, ref.norm) << layout;
+    std::remove(path.c_str());
+  }
+  // antirez's layout keeps e_proj and h_proj apart (their own random values).
+  const auto mem0 = make_synthetic_source(mtp_spec("mtp0"));
+  const MtpWeights ref0 = load_mtp_weights(*mem0);
+  const std::string path = temp("mtp0");
+  write_synthetic_gguf(mtp_spec("mtp0"), path);
+  const auto src = ModelSource::open(path);
+  const MtpWeights w0 = load_mtp_weights(*src);
+  EXPECT_EQ(w0.e_proj.w, ref0.e_proj.w);
+  EXPECT_EQ(w0.h_proj.w, ref0.h_proj.w);
+  EXPECT_EQ(w0.block.wq_a.w, ref.block.wq_a.w);  // the block's tensors do not depend on the layout
+  EXPECT_EQ(w0.enorm, ref.enorm);
+  std::remove(path.c_str());
+}
+
+TEST(MtpLoad, MissingOrMisShapedTensorsAreNamed) {
+  const std::string good = temp("good"), bad = temp("bad");
+  write_synthetic_gguf(mtp_spec("nextn"), good);
+  EngineOptions o;
+  o.draft = "mtp";
+  o.max_seqs = 2;
+  {
+    Engine e(good, o);
+    EXPECT_NE(e.drafter(), nullptr);
+  }
+  copy_gguf(good, bad, "blk.3.attn_q_a.weight");
+  try {
+    Engine e(bad, o);
+    ADD_FAILURE() << "a drafter without attn_q_a loaded";
+  } catch (const Error& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find("mtp.attn_q_a"), std::string::npos) << m;
+    EXPECT_NE(m.find("blk.3.attn_q_a"), std::string::npos) << m;  // where it was looked for
+  }
+  o.draft = "auto";  // a file with a broken MTP block is refused under auto too
+  EXPECT_THROW(Engine(bad, o), Error);
+  // An MTP block of another width than the main model (its enorm cut to 32 of 64) is refused, named.
+  copy_gguf(good, bad, "blk.3.nextn.enorm.weight", 32);
+  o.draft = "mtp";
+  try {
+    Engine e(bad, o);
+    ADD_FAILURE() << "a mis-shaped drafter loaded";
+  } catch (const Error& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find("nextn.enorm"), std::string::npos) << m;
+    EXPECT_NE(m.find("shape"), std::string::npos) << m;
+  }
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST(MtpLoad, DraftKinds) {
+  EngineOptions o;
+  o.max_seqs = 2;
+  o.draft = "auto";  // no MTP block: no drafter, no error
+  EXPECT_EQ(Engine(builtin_source(), o).drafter(), nullptr);
+  o.draft = "mtp";
+  try {
+    Engine e(builtin_source(), o);
+    ADD_FAILURE() << "--draft mtp without an MTP block loaded";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("no MTP block"), std::string::npos) << err.what();
+  }
+  o.draft = "dspark";
+  EXPECT_THROW(Engine(builtin_source(), o), Error);
+  o.draft = "bogus";
+  EXPECT_THROW(Engine(builtin_source(), o), Error);
+  o.draft = "auto";
+  SyntheticSpec s = mtp_spec("mtp0");
+  EXPECT_NE(Engine(make_synthetic_source(s), o).drafter(), nullptr);
+}
+
+}  // namespace
+}  // namespace hs
