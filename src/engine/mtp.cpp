@@ -101,6 +101,7 @@ void MtpDrafter::forward(std::span<const DraftRows> seqs, float* logits, float* 
     ops_.copy(last + static_cast<int64_t>(i) * per, x + (at - 1) * per, per);
   }
   if (hidden_out) ops_.download(hidden_out, last, k * per);
+  if (!logits) return;  // a catch-up pass: only the block's state was wanted
   float* y = ops_.alloc(k * D);
   ops_.hc_head(w_.hc_head, c, last, k, y);
   ops_.rmsnorm_bf16(y, w_.norm, k, c.norm_eps, y, both);

@@ -38,7 +38,8 @@ class MtpDrafter {
   void truncate(SequenceState& s, int64_t n) const;
   // Runs the block over every sequence's rows (each state advances by its n) and writes, for the
   // last row of each sequence in order, its draft logits [seqs, vocab] and its output HC state
-  // [seqs, hc * D] (host memory; hidden_out may be null). Checked like Shard::forward_batch.
+  // [seqs, hc * D] (host memory; either may be null: no logits is no head). Checked like
+  // Shard::forward_batch.
   void forward(std::span<const DraftRows> seqs, float* logits, float* hidden_out);
 
  private:
