@@ -11,6 +11,7 @@
 
 #include "engine/engine.h"
 #include "engine/mtp.h"
+#include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "model/synthetic.h"
 #include "scheduler_util.h"
@@ -19,16 +20,24 @@
 namespace hs {
 namespace {
 
-std::unique_ptr<Engine> mtp_engine(int max_seqs = 4) {
+SyntheticSpec mtp_model() {
   SyntheticSpec s;
   s.layers = 4;  // SWA, SWA, CSA (ratio 4), HCA (ratio 8): every state kind
   s.seed = 3;
   s.draft = "mtp";
+  return s;
+}
+
+EngineOptions mtp_options(int max_seqs) {
   EngineOptions o;
   o.draft = "mtp";
   o.max_seqs = max_seqs;
   o.threads = 2;
-  return std::make_unique<Engine>(make_synthetic_source(s), o);
+  return o;
+}
+
+std::unique_ptr<Engine> mtp_engine(int max_seqs = 4) {
+  return std::make_unique<Engine>(make_synthetic_source(mtp_model()), mtp_options(max_seqs));
 }
 
 std::vector<int32_t> prompt_of(int n, int salt) {
@@ -203,6 +212,55 @@ TEST(SpecDecode, SampledOutputKeepsTheDistribution) {
   const auto once = test::run_all(*e, options(2), std::vector<std::vector<int32_t>>(prompts.begin(), prompts.begin() + 40), 6,
                                   std::vector<SamplingParams>(sp.begin(), sp.begin() + 40), &st);
   for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].tokens, once[i].tokens) << i;
+}
+
+// The drafter on the last shard of a layer split (cpu,cpu, pipelined micro-batches), and a
+// state pool so small that drafting requests are preempted mid-run and recompute: still plain
+// greedy's tokens.
+TEST(SpecDecode, GreedyEqualsPlainOverASplitAndUnderPreemption) {
+  auto e = mtp_engine();
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(13, 1), prompt_of(21, 2), prompt_of(9, 3), prompt_of(17, 4)};
+  const std::vector<SamplingParams> sp(4, greedy());
+  const auto plain = test::run_all(*e, options(0), prompts, 40, sp);
+  EngineOptions so = mtp_options(4);
+  so.devices = {"cpu", "cpu"};
+  so.layer_split = {2, 2};
+  so.pipeline_micro_batches = 2;
+  Engine split(make_synthetic_source(mtp_model()), so);
+  ASSERT_NE(split.drafter(), nullptr);
+  const auto got = test::run_all(split, options(3), prompts, 40, sp);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i].tokens, plain[i].tokens) << "split, request " << i;
+  // 14 compressed pages of 8 positions for four requests of 6-8 pages each.
+  EngineOptions po = mtp_options(4);
+  {
+    const StateLayout& L = e->state_layout(0);
+    po.state_memory = 4 * L.slot_bytes + L.swa_blocks * L.swa_page_bytes + 14 * L.cmp_page_bytes;
+  }
+  Engine small(make_synthetic_source(mtp_model()), po);
+  SchedulerStats st;
+  const auto pre = test::run_all(small, options(4), prompts, 40, sp, &st);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(pre[i].tokens, plain[i].tokens) << "preempted, request " << i;
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_GT(st.drafted_tokens, 0);
+}
+
+// A prompt restored from the prefix cache: the drafter starts where the restored state ends
+// (it has no rows before it), and the output is still plain greedy's.
+TEST(SpecDecode, GreedyEqualsPlainFromThePrefixCache) {
+  auto e = mtp_engine();
+  const std::vector<int32_t> first = prompt_of(19, 6);
+  std::vector<int32_t> second = first;
+  for (int i = 0; i < 7; ++i) second.push_back(static_cast<int32_t>(40 + i));
+  const auto plain = test::run_all(*e, options(0), {second}, 20, {greedy()});
+  PrefixCache cache(*e, PrefixCacheOptions{});
+  SchedulerOptions o = options(3);
+  o.cache = &cache;
+  Scheduler s(*e, o);
+  test::generate(s, first, 5, greedy()).get();  // leaves snapshots of `first` in the cache
+  const auto got = test::generate(s, second, 20, greedy()).get();
+  EXPECT_EQ(got.tokens, plain[0].tokens);
+  EXPECT_GT(s.stats().cached_prompt_tokens, 0);
+  EXPECT_GT(s.stats().drafted_tokens, 0);
 }
 
 TEST(SpecDecode, BadDraftMaxIsRefused) {
