@@ -160,11 +160,23 @@ TEST(Speculative, OneHotDistributionsAreGreedyAndDrawNothing) {
 TEST(Speculative, DraftLengthAdapts) {
   DraftLength len(5);
   EXPECT_GE(len.next(), 1);
-  for (int i = 0; i < 40; ++i) len.observe(std::max(len.next(), 1), 0);  // drafts always fail
-  int drafted = 0;
-  for (int i = 0; i < 80; ++i) drafted += len.next();
-  EXPECT_LE(drafted, 80 / 8 + 1);  // only the probes
-  for (int i = 0; i < 60; ++i) len.observe(std::max(len.next(), 1), std::max(len.next(), 1));  // always accepted
+  // Drafts that always fail: after the first few, only probes, further and further apart.
+  int drafted = 0, steps_with_drafts = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const int k = len.next();
+    if (k > 0) len.observe(k, 0);
+    if (i >= 200) {
+      drafted += k;
+      steps_with_drafts += k > 0;
+    }
+  }
+  EXPECT_LE(steps_with_drafts, 800 / 64 + 1);  // one probe every 64 steps
+  EXPECT_EQ(drafted, steps_with_drafts);       // of one draft each
+  // Drafts that are always accepted: a probe that works brings the full length back.
+  for (int i = 0; i < 200; ++i) {
+    const int k = len.next();
+    if (k > 0) len.observe(k, k);
+  }
   EXPECT_EQ(len.next(), 5);
 }
 

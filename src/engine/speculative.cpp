@@ -97,12 +97,15 @@ int DraftLength::next() {
     chance *= rate_;
     ++k;
   }
+  probing_ = false;
   if (k > 0) {
     idle_ = 0;
+    probe_every_ = kProbeMin;
     return k;
   }
-  if (++idle_ >= probe_every) {
+  if (++idle_ >= probe_every_) {
     idle_ = 0;
+    probing_ = true;
     return std::min(1, max_k_);
   }
   return 0;
@@ -112,6 +115,7 @@ void DraftLength::observe(int drafted, int accepted) {
   // The drafts after the first rejected one were never judged: they say nothing.
   const int judged = std::min(drafted, accepted + 1);
   for (int i = 0; i < judged; ++i) rate_ = 0.85 * rate_ + 0.15 * (i < accepted ? 1.0 : 0.0);
+  if (probing_) probe_every_ = accepted > 0 ? kProbeMin : std::min(2 * probe_every_, kProbeMax);
 }
 
 }  // namespace hs

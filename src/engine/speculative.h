@@ -32,8 +32,9 @@ DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target,
 // Adaptive draft length from acceptance history (MTP): an estimate a of the chance that a draft
 // is accepted (exponential average over the drafts' outcomes) gives the longest k whose last
 // draft still has a chance a^k >= 1/4 of being used; below that nothing is drafted, except one
-// draft every probe_every steps, so a prompt where drafts fail costs little (the drafter's
-// catch-up rows, no verify rows) and one where they start to work is noticed.
+// probe draft after 8 steps, then 16, 32, up to 64 while the probes fail (back to 8 when one is
+// accepted), so a prompt where drafts fail costs little (the drafter's catch-up rows and a
+// verify row every 64 steps) and one where they start to work is noticed.
 class DraftLength {
  public:
   explicit DraftLength(int max_k, double start = 0.6) : max_k_(max_k), rate_(start) {}
@@ -45,7 +46,9 @@ class DraftLength {
   int max_k_;
   double rate_;
   int idle_ = 0;
-  static constexpr int probe_every = 8;
+  int probe_every_ = kProbeMin;
+  bool probing_ = false;  // the last next() was a probe
+  static constexpr int kProbeMin = 8, kProbeMax = 64;
 };
 
 }  // namespace hs
