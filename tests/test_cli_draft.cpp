@@ -37,7 +37,20 @@ TEST(CliDraft, SynthRunAndBadValues) {
                                    " --device cpu --draft mtp --pp 16 --depth 16 --tg 4 --reps 1");
   ASSERT_EQ(bench.code, 0) << bench.out;
   EXPECT_NE(bench.out.find("| 7 |"), std::string::npos) << bench.out;  // the verify-step table, k = 1..7
-  std::remove(path.c_str());
+  // The drafter in a file of its own (an MTP-only GGUF) for a model without one.
+  const std::string main = testing::TempDir() + "/hs_cli_draft_main.gguf", only = testing::TempDir() + "/hs_cli_draft_only.gguf";
+  ASSERT_EQ(test::run_cli("synth --layers 3 " + test::shell_quote(main)).code, 0);
+  r = test::run_cli("synth --layers 3 --draft mtp --draft-layout nextn-counted --draft-only " + test::shell_quote(only));
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string run2 = "run " + test::shell_quote(main) + " -p 'hello there' --max-tokens 20 --temperature 0 ";
+  const auto plain2 = test::run_cli(run2);
+  const auto spec2 = test::run_cli(run2 + "--draft-model " + test::shell_quote(only));
+  ASSERT_EQ(spec2.code, 0) << spec2.out;
+  EXPECT_NE(spec2.out.find("[speculative: "), std::string::npos) << spec2.out;
+  EXPECT_EQ(spec2.out.substr(0, spec2.out.find("\n[")), plain2.out.substr(0, plain2.out.find("\n[")));
+  expect_error(test::run_cli(run2 + "--draft off --draft-model " + test::shell_quote(only)), "--draft-model needs");
+  expect_error(test::run_cli(run2 + "--draft mtp"), "no MTP block");
+  for (const std::string& p : {path, main, only}) std::remove(p.c_str());
 }
 
 }  // namespace

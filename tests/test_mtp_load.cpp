@@ -161,5 +161,59 @@ TEST(MtpLoad, DraftKinds) {
   EXPECT_NE(Engine(make_synthetic_source(s), o).drafter(), nullptr);
 }
 
+// A drafter in a file of its own (--draft-model): llama.cpp's MTP-only GGUF (block counted) and
+// antirez's mtp.0.* file load for the model they were made for and are refused for another.
+TEST(MtpLoad, DrafterFileApartFromTheModel) {
+  SyntheticSpec main_spec = mtp_spec("nextn");
+  main_spec.draft.clear();
+  const std::string main_path = temp("main"), d1 = temp("d1"), d2 = temp("d2"), other = temp("other");
+  write_synthetic_gguf(main_spec, main_path);
+  SyntheticSpec only = mtp_spec("nextn-counted");
+  only.draft_only = true;
+  write_synthetic_gguf(only, d1);
+  SyntheticSpec only0 = mtp_spec("mtp0");
+  only0.draft_only = true;
+  write_synthetic_gguf(only0, d2);
+  EngineOptions o;
+  o.max_seqs = 2;
+  o.draft = "mtp";
+  EXPECT_THROW(Engine(main_path, o), Error);  // the model itself has none
+  for (const std::string& d : {d1, d2}) {
+    o.draft_model = d;
+    Engine e(main_path, o);
+    ASSERT_NE(e.drafter(), nullptr) << d;
+  }
+  // The same weights as the model's own MTP block would have been.
+  const auto ref = load_mtp_weights(*make_synthetic_source(mtp_spec("nextn")));
+  const auto got = load_mtp_weights(*open_gguf_drafter(d1, make_synthetic_source(main_spec)->config()));
+  EXPECT_EQ(got.e_proj.w, ref.e_proj.w);
+  EXPECT_EQ(got.block.w1.w, ref.block.w1.w);
+  // Made for another model: another vocabulary, another layer count (its block at blk.4).
+  SyntheticSpec v = only;
+  v.vocab = 1000;
+  write_synthetic_gguf(v, other);
+  o.draft_model = other;
+  try {
+    Engine e(main_path, o);
+    ADD_FAILURE() << "a drafter for another vocabulary loaded";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("made for another model"), std::string::npos) << err.what();
+    EXPECT_NE(std::string(err.what()).find("vocab"), std::string::npos) << err.what();
+  }
+  SyntheticSpec l = only;
+  l.layers = 4;
+  write_synthetic_gguf(l, other);
+  try {
+    Engine e(main_path, o);
+    ADD_FAILURE() << "a drafter for a 4-layer model loaded";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("layer 4"), std::string::npos) << err.what();
+  }
+  o.draft = "off";
+  o.draft_model = d1;
+  EXPECT_THROW(Engine(main_path, o), Error);  // a drafter file without --draft
+  for (const std::string& p : {main_path, d1, d2, other}) std::remove(p.c_str());
+}
+
 }  // namespace
 }  // namespace hs

@@ -24,6 +24,7 @@ int cmd_synth(const Args& args) {
       {"draft", true, "mtp: also write an MTP block (speculative decoding) of the real layout (dspark: not yet)", "KIND"},
       {"draft-layout", true, "how the MTP block is named: nextn (llama.cpp's converter, blk.<n>.*, default), "
        "nextn-counted (the same counted in block_count, Unsloth) or mtp0 (antirez's mtp.0.*)", "L"},
+      {"draft-only", false, "with --draft mtp: write the drafter alone, an MTP-only file for --draft-model"},
   };
   ParsedArgs a("synth", args, specs);
   if (a.help()) {
@@ -54,6 +55,8 @@ int cmd_synth(const Args& args) {
            "'; dspark is not implemented yet)");
   HS_CHECK(!a.has("draft-layout") || !s.draft.empty(), "--draft-layout needs --draft mtp");
   s.draft_layout = a.get_or("draft-layout", "nextn");
+  s.draft_only = a.has("draft-only");
+  HS_CHECK(!s.draft_only || !s.draft.empty(), "--draft-only needs --draft mtp");
   const std::string& out = a.positionals()[0];
   const ModelConfig c = synthetic_config(s);  // reports a bad preset/quant/layers before any work
 
@@ -69,6 +72,7 @@ int cmd_synth(const Args& args) {
               s.preset.c_str(), c.n_layers, s.draft.empty() ? "" : (" + MTP (" + s.draft_layout + ")").c_str(), static_cast<long long>(c.vocab_size), s.quant.c_str(),
               static_cast<unsigned long long>(s.seed), static_cast<double>(std::filesystem::file_size(out)) / (1 << 20),
               secs);
+  if (s.draft_only) return 0;  // (no main model to check)
   LlamaCppCheckOptions check;
   check.real_widths = s.preset != "tiny";
   const auto problems = check_llama_cpp_gguf(gguf::File(out), check);

@@ -107,11 +107,15 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   }
   HS_CHECK(opts.expert_top_k >= 0, "--expert-top-k must be positive (0: the model's), got ", opts.expert_top_k);
   const std::string draft = parse_draft_kind(opts.draft);
-  const bool want_mtp = draft == "mtp" || (draft == "auto" && source_->has_mtp());
+  HS_CHECK(opts.draft_model.empty() || draft != "off", "a drafter file (", opts.draft_model,
+           ") needs --draft mtp or auto");
+  if (!opts.draft_model.empty()) draft_source_ = open_gguf_drafter(opts.draft_model, config_);
+  const ModelSource& draft_src = draft_source_ ? *draft_source_ : *source_;
+  const bool want_mtp = draft == "mtp" || (draft == "auto" && draft_src.has_mtp());
   if (want_mtp && opts.only_shard < 0) {  // the tensors are checked before any weight is loaded
-    auto problems = source_->validate_mtp();
+    auto problems = draft_src.validate_mtp();
     if (!problems.empty()) {
-      std::string msg = cat("--draft ", draft, ": ", source_->path(), ": the MTP block cannot be used (",
+      std::string msg = cat("--draft ", draft, ": ", draft_src.path(), ": the MTP block cannot be used (",
                             problems.size(), " problem(s)):");
       for (size_t i = 0; i < problems.size() && i < 8; ++i) msg += "\n  " + problems[i];
       fail(msg);
@@ -196,9 +200,12 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     po.max_context = opts.max_context;
     po.max_rollback = opts.max_rollback;
     po.packed = opts.numerics == Numerics::Model;
-    drafter_ = std::make_unique<MtpDrafter>(config_, load_mtp_weights(*source_, ops.weight_form(),
+    const ModelSource& dsrc = draft_source_ ? *draft_source_ : *source_;
+    ModelConfig dc = config_;  // (the expert count as overridden) with the drafter's own schedule entry
+    dc.mtp_ratio = dsrc.config().mtp_ratio;
+    drafter_ = std::make_unique<MtpDrafter>(dc, load_mtp_weights(dsrc, ops.weight_form(),
                                                                       [&ops](Mat& m) { ops.adopt_weight(m); }),
-                                            ops, *embed, last.head(), opts.numerics, mtp_pool_options(config_, po));
+                                            ops, *embed, last.head(), opts.numerics, mtp_pool_options(dc, po));
   }
   // What decides the state's bits: the weights, the numerics and row forms, the expert count,
   // where every layer runs (CPU and CUDA kernels round differently), the page size.

@@ -58,6 +58,9 @@ struct EngineOptions {
   // error when it has none or it does not fit the model), "auto" (mtp when the model has one).
   // It runs on the last shard's backend.
   std::string draft = "off";
+  // A drafter file apart from the model (an MTP-only GGUF: antirez's, llama.cpp's); empty: the
+  // model's own MTP block. Checked against the model (open_gguf_drafter).
+  std::string draft_model;
 };
 
 // "auto" | "mtp" | "off" (the --draft option); errors name the value.
@@ -233,6 +236,7 @@ class Engine {
   void run_stage(size_t s, Micro& mb, bool embed, bool logits);
   void write_logits(Micro& mb);
   PipelineRunner& runner();
+  std::unique_ptr<ModelSource> draft_source_;  // EngineOptions::draft_model
   Mat draft_embed_;  // the drafter's copy of the embedding when shard 0 is on another backend
   std::unique_ptr<MtpDrafter> drafter_;
   std::unique_ptr<PipelineRunner> runner_;  // last: its threads stop before anything they use goes

@@ -107,5 +107,9 @@ class ModelSource {
 
 std::unique_ptr<ModelSource> open_hf_source(const std::string& dir);
 std::unique_ptr<ModelSource> open_gguf_source(const std::string& path);
+// A drafter GGUF apart from the model (antirez's MTP file, llama.cpp's MTP-only GGUF): its MTP
+// tensors under main's config (mtp_specs, validate_mtp); throws naming the key when its metadata
+// describes another model (widths, vocabulary, where its block sits).
+std::unique_ptr<ModelSource> open_gguf_drafter(const std::string& path, const ModelConfig& main);
 
 }  // namespace hs

@@ -10,6 +10,7 @@
 #include "format/quants.h"
 #include "model/source.h"
 #include "util/error.h"
+#include "util/mmap.h"
 
 namespace hs {
 
@@ -31,6 +32,13 @@ class GgufSource : public ModelSource {
   explicit GgufSource(const std::string& path) : f_(path) {
     path_ = path;
     config_ = config_from_gguf(f_);
+  }
+  // A drafter file for `main` (an MTP-only GGUF): its tensors are read under main's config, and
+  // what its metadata says about the model it was made for must be main.
+  GgufSource(const std::string& path, const ModelConfig& main) : f_(path) {
+    path_ = path;
+    config_ = main;
+    check_drafter_metadata();
   }
 
   std::string format() const override { return "gguf"; }
@@ -140,6 +148,43 @@ class GgufSource : public ModelSource {
   }
 
  private:
+  void check_drafter_metadata() {
+    const std::string p = "deepseek4.";
+    if (f_.has("general.architecture"))
+      HS_CHECK(f_.get_string("general.architecture") == "deepseek4", path_, ": general.architecture is '",
+               f_.get_string("general.architecture"), "', not a DeepSeek-V4 drafter");
+    const ModelConfig& c = config_;
+    const std::pair<const char*, int64_t> keys[] = {
+        {"embedding_length", c.dim},           {"vocab_size", c.vocab_size},
+        {"attention.head_count", c.n_heads},   {"attention.key_length", c.head_dim},
+        {"attention.q_lora_rank", c.q_lora_rank}, {"attention.output_lora_rank", c.o_lora_rank},
+        {"attention.output_group_count", c.o_groups}, {"attention.sliding_window", c.window},
+        {"expert_count", c.n_experts},         {"expert_feed_forward_length", c.moe_inter},
+        {"hyper_connection.count", c.hc_mult}, {"rope.dimension_count", c.rope_dim}};
+    for (const auto& [k, want] : keys) {
+      if (!f_.has(p + k)) continue;
+      const int64_t got = static_cast<int64_t>(f_.get_u64(p + k));
+      HS_CHECK(got == want, path_, ": this drafter was made for another model: ", p, k, " = ", got,
+               ", the model has ", want);
+    }
+    if (f_.has("tokenizer.ggml.tokens")) {
+      const auto n = static_cast<int64_t>(f_.get_string_array("tokenizer.ggml.tokens").size());
+      HS_CHECK(n == c.vocab_size, path_, ": this drafter was made for another model: its vocabulary has ", n,
+               " tokens, the model's ", c.vocab_size);
+    }
+    // llama.cpp's MTP-only file holds the block as its last block (block_count = layers + 1).
+    if (f_.has(p + "block_count")) {
+      const int64_t blocks = static_cast<int64_t>(f_.get_u64(p + "block_count"));
+      if (f_.find_tensor(cat("blk.", blocks - 1, ".nextn.eh_proj.weight")))
+        HS_CHECK(blocks - 1 == c.n_layers, path_, ": this drafter was made for another model: its MTP block is layer ",
+                 blocks - 1, ", the model has ", c.n_layers, " layers");
+    }
+    if (f_.has(p + "attention.compress_ratios")) {
+      const auto r = f_.get_int_array(p + "attention.compress_ratios");
+      if (static_cast<int>(r.size()) > c.n_layers) config_.mtp_ratio = static_cast<int>(r[static_cast<size_t>(c.n_layers)]);
+    }
+  }
+
   // MTP tensors ("mtp.*") are looked up under every layout GGUFs use (mtp_gguf_names).
   const gguf::TensorInfo* find(const TensorSpec& spec) const {
     for (const std::string& name : mtp_gguf_names(spec.name, config_.n_layers))
@@ -163,6 +208,11 @@ class GgufSource : public ModelSource {
 };
 
 }  // namespace
+
+std::unique_ptr<ModelSource> open_gguf_drafter(const std::string& path, const ModelConfig& main) {
+  HS_CHECK(file_exists(path), "drafter ", path, " does not exist");
+  return std::make_unique<GgufSource>(path, main);
+}
 
 std::unique_ptr<ModelSource> open_gguf_source(const std::string& path) {
   try {

@@ -62,6 +62,8 @@ struct SyntheticSpec {
   // (Unsloth), "mtp0" antirez's mtp.0.* (separate e_proj and h_proj). "": no drafter.
   std::string draft;
   std::string draft_layout = "nextn";
+  // GGUF only: write the drafter alone (an MTP-only file, for --draft-model), with the model's metadata.
+  bool draft_only = false;
 };
 
 // The preset's config with the overrides applied (validated); throws hs::Error naming a bad

@@ -142,7 +142,9 @@ void write_synthetic_gguf(const SyntheticSpec& spec, const std::string& path, co
   const synth::Quant quant = synth::parse_quant(spec.quant);
   gguf::Writer w;
   write_synthetic_metadata(spec, w);
-  std::vector<TensorSpec> specs = model_tensor_specs(c, 0, c.n_layers, true, true);
+  HS_CHECK(!spec.draft_only || !spec.draft.empty(), "synthetic model: a drafter-only file needs a drafter (draft mtp)");
+  std::vector<TensorSpec> specs;
+  if (!spec.draft_only) specs = model_tensor_specs(c, 0, c.n_layers, true, true);
   std::vector<std::string> names;  // GGUF names (values are generated from the canonical ones)
   for (const TensorSpec& s : specs) names.push_back(synth::gguf_name(s));
   const bool mtp0 = spec.draft_layout == "mtp0";
@@ -167,7 +169,7 @@ void write_synthetic_gguf(const SyntheticSpec& spec, const std::string& path, co
     floats.push_back({names[i], synth::TensorGen(s, quant, spec.seed)});
     largest = std::max(largest, floats.back().gen.nbytes());
   }
-  const ZeroPages zeros(largest);
+  const ZeroPages zeros(std::max<uint64_t>(largest, 1));
   tables.reserve(specs.size());
   size_t next_float = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
