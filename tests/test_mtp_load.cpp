@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "engine/engine.h"
@@ -159,6 +162,75 @@ TEST(MtpLoad, DraftKinds) {
   o.draft = "auto";
   SyntheticSpec s = mtp_spec("mtp0");
   EXPECT_NE(Engine(make_synthetic_source(s), o).drafter(), nullptr);
+}
+
+// The official checkpoint's naming (mtp.0.<official name>, F32 here) in an HF directory: the
+// tiny fixture's config.json with the MTP block's tensors and the shared embedding and head.
+TEST(MtpLoad, OfficialNamingInASafetensorsDirectory) {
+  SyntheticSpec spec = mtp_spec("mtp0", 6);
+  spec.vocab = 320;  // the tiny fixture's config
+  const auto mem = make_synthetic_source(spec);
+  const std::string dir = testing::TempDir() + "/hs_mtp_official";
+  std::filesystem::create_directories(dir);
+  std::string cfg;
+  {
+    std::ifstream f(std::string(HS_TEST_DATA) + "/tiny/config.json");
+    cfg.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const size_t at = cfg.find("\"num_nextn_predict_layers\": 0");
+  ASSERT_NE(at, std::string::npos);
+  cfg.replace(at, std::strlen("\"num_nextn_predict_layers\": 0"), "\"num_nextn_predict_layers\": 1");
+  std::ofstream(dir + "/config.json") << cfg;
+  // model.safetensors: 8-byte header size, JSON header, F32 data.
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<TensorSpec> specs = mem->mtp_specs();
+  for (const TensorSpec& t : model_tensor_specs(mem->config(), 0, 1, true, true))
+    if (t.name == "token_embd" || t.name == "output") specs.push_back(t);
+  for (const TensorSpec& t : specs) {
+    if (t.role == TensorRole::Experts) {
+      for (int64_t e = 0; e < t.shape[0]; ++e) {
+        std::string n = t.official;
+        n.replace(n.find("{e}"), 3, std::to_string(e));
+        tensors.emplace_back(n + ".weight", mem->read_expert_f32(t, e));
+        shapes.push_back({t.shape[1], t.shape[2]});
+      }
+    } else {
+      tensors.emplace_back(t.official, mem->read_f32(t));
+      shapes.push_back(t.shape);
+    }
+  }
+  std::string header = "{";
+  size_t off = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::string shape;
+    for (int64_t d : shapes[i]) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    const size_t n = tensors[i].second.size() * 4;
+    header += (i ? "," : "") + cat("\"", tensors[i].first, "\":{\"dtype\":\"F32\",\"shape\":[", shape,
+                                   "],\"data_offsets\":[", off, ",", off + n, "]}");
+    off += n;
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';
+  {
+    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
+    const uint64_t hn = header.size();
+    f.write(reinterpret_cast<const char*>(&hn), 8);
+    f << header;
+    for (const auto& t : tensors) f.write(reinterpret_cast<const char*>(t.second.data()), static_cast<std::streamsize>(t.second.size() * 4));
+  }
+  const auto src = ModelSource::open(dir);
+  EXPECT_EQ(src->format(), "official");
+  ASSERT_TRUE(src->has_mtp());
+  ASSERT_TRUE(src->validate_mtp().empty()) << src->validate_mtp().front();
+  const MtpWeights got = load_mtp_weights(*src), want = load_mtp_weights(*mem);
+  EXPECT_EQ(got.e_proj.w, want.e_proj.w);
+  EXPECT_EQ(got.h_proj.w, want.h_proj.w);
+  EXPECT_EQ(got.block.wo_a.w, want.block.wo_a.w);
+  EXPECT_EQ(got.block.w2.w, want.block.w2.w);
+  EXPECT_EQ(got.block.gate_bias, want.block.gate_bias);
+  EXPECT_EQ(got.hc_head.scale, want.hc_head.scale);
+  std::filesystem::remove_all(dir);
 }
 
 // A drafter in a file of its own (--draft-model): llama.cpp's MTP-only GGUF (block counted) and
