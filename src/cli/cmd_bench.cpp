@@ -10,6 +10,7 @@
 
 #include "cli/args.h"
 #include "cli/bench_cache.h"
+#include "cli/bench_draft.h"
 #include "cli/engine_args.h"
 #include "cli/synthetic_args.h"
 #include "engine/engine.h"
@@ -73,6 +74,7 @@ int cmd_bench(const Args& args) {
                                      "model (default: the inference numerics, BF16 tensor cores in prefill) or "
                                      "reference (f32 everywhere, the parity mode)"))
     specs.push_back(o);
+  for (auto& o : draft_option_specs()) specs.push_back(o);
   ParsedArgs a("bench", args, specs);
   if (a.help()) {
     print_help("bench", "MODEL | --synthetic flash [--layers N] [--quant MIX] [options]",
@@ -87,6 +89,7 @@ int cmd_bench(const Args& args) {
   HS_CHECK(a.has("synthetic") != (a.positionals().size() == 1),
            "expected exactly one MODEL argument or --synthetic PRESET (see hyperstream bench --help)");
   EngineOptions opts = engine_options(a, default_device, "model");
+  draft_options(a, opts);  // --draft: the verify-step table after the runs
   const std::optional<SyntheticSpec> synthetic = synthetic_spec_from(a, opts);
 
   std::vector<int> pps = parse_int_list("--pp", a.get_or("pp", "512,4096"));
@@ -276,6 +279,13 @@ int cmd_bench(const Args& args) {
     std::printf("%s\n", profile.c_str());
   }
 
+  nlohmann::ordered_json draft_json;
+  if (eng->drafter())
+    draft_json = bench_draft(*eng, depths.empty() || depths.back() <= 0 ? 64 : depths.back(), std::max<int64_t>(reps, 5),
+                             synthetic.has_value());
+  else if (opts.draft == "auto")
+    std::printf("--draft auto: the model has no MTP block; no speculative decoding table\n\n");
+
   nlohmann::ordered_json cache_json;
   if (cache_n > 0) cache_json = bench_cache_turn(*eng, cache_n, cache_k, chunk, a.get_or("cache-dir", ""));
 
@@ -327,6 +337,7 @@ int cmd_bench(const Args& args) {
                                   {"copy_gb_s", copy_gbs},
                                   {"results", jr}};
     if (!split_json.empty()) out["split"] = split_json;
+    if (!draft_json.empty()) out["draft"] = draft_json;
     out["decode_steps"] = {{"graph_replays", graphs.replayed}, {"graph_captures", graphs.captured},
                            {"op_by_op", graphs.eager}, {"capture_failures", graphs.failed},
                            {"graph_operations", graphs.nodes}};

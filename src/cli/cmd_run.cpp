@@ -137,6 +137,10 @@ int cmd_run(const Args& raw_args) {
     std::fprintf(stderr, "[%s: %lld prompt tokens, %lld generated, %.1f tok/s decode]\n", server::finish_name(o.finish),
                  static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.completion_tokens),
                  o.decode_s > 0 ? static_cast<double>(o.completion_tokens - 1) / o.decode_s : 0.0);
+    if (o.drafted_tokens > 0)
+      std::fprintf(stderr, "[speculative: %lld drafted, %lld accepted (%.0f%%)]\n",
+                   static_cast<long long>(o.drafted_tokens), static_cast<long long>(o.accepted_tokens),
+                   100.0 * static_cast<double>(o.accepted_tokens) / static_cast<double>(o.drafted_tokens));
     return 0;
   }
 }

@@ -40,6 +40,7 @@ std::vector<OptionSpec> model_option_specs() {
                                      "reference (f32) or model (bf16 activations, QAT round trips; default for "
                                      "model files and --synthetic)"))
     specs.push_back(o);
+  for (auto& o : draft_option_specs()) specs.push_back(o);
   return specs;
 }
 
@@ -60,6 +61,7 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
     m.engine.max_context = a.get_int("ctx-size", 0);
     HS_CHECK(m.engine.max_context >= 2, "--ctx-size must be at least 2, got ", m.engine.max_context);
   }
+  draft_options(a, m.engine);  // (the length again in scheduler_options_from)
   m.synthetic = synthetic_spec_from(a, m.engine);
   return m;
 }
@@ -73,6 +75,8 @@ SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engin
   const std::string ds = a.get_or("device-sampling", "on");
   HS_CHECK(ds == "on" || ds == "off", "--device-sampling: expected on or off, got '", ds, "'");
   s.device_sampling = ds == "on";
+  EngineOptions eo;
+  s.draft_max = engine.drafter() ? draft_options(a, eo) : 0;
   return s;
 }
 
@@ -240,6 +244,12 @@ int cmd_serve(const Args& args) {
                static_cast<long long>(pages.pages_total / model.engine->n_shards()), model.engine->state_layout(0).page,
                static_cast<long long>(pages.token_capacity), static_cast<double>(pages.bytes_per_token));
 
+  if (sched_opts.draft_max > 0)
+    std::fprintf(stderr, "hyperstream serve: speculative decoding: MTP drafter, up to %d drafted tokens per step "
+                 "(adaptive)\n", sched_opts.draft_max);
+  else
+    std::fprintf(stderr, "hyperstream serve: speculative decoding off%s\n",
+                 model_spec.engine.draft == "auto" ? " (--draft auto: the model has no MTP block)" : "");
   if (!cache) {
     std::fprintf(stderr, "hyperstream serve: prefix cache off\n");
   } else if (cache_opts.dir.empty()) {

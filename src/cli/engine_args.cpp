@@ -55,6 +55,32 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   return o;
 }
 
+std::vector<OptionSpec> draft_option_specs() {
+  return {
+      {"draft", true, "speculative decoding with the model's own drafter: mtp (its MTP block; an error without one), "
+       "auto (mtp when the model has one) or off (default). Lossless: greedy output is plain decode's, sampled "
+       "output has its distribution", "KIND"},
+      {"draft-model", true, "the drafter from a file apart from the model: an MTP-only GGUF (antirez's MTP file, "
+       "llama.cpp's); it must be made for this model (implies --draft mtp)", "PATH"},
+      {"draft-max", true, "most tokens drafted and verified per step and sequence, 1..16 (default 3; the length adapts "
+       "to each request's acceptance)", "N"},
+  };
+}
+
+int draft_options(const ParsedArgs& a, EngineOptions& engine) {
+  engine.draft = parse_draft_kind(a.get_or("draft", a.has("draft-model") ? "mtp" : "off"));
+  engine.draft_model = a.get_or("draft-model", "");
+  HS_CHECK(engine.draft_model.empty() || engine.draft != "off", "--draft-model needs --draft mtp or auto");
+  if (engine.draft == "off") {
+    HS_CHECK(!a.has("draft-max"), "--draft-max needs --draft mtp or auto");
+    return 0;
+  }
+  const long long k = a.get_int("draft-max", 3);
+  HS_CHECK(k >= 1 && k <= engine.max_rollback, "--draft-max ", k, ": expected 1..", engine.max_rollback,
+           " drafted tokens per step (what the state pools can roll back); --draft off for none");
+  return static_cast<int>(k);
+}
+
 std::vector<OptionSpec> distributed_option_specs() {
   return {
       {"rank", true, "this process's rank in a pipeline of processes (0 owns the tokens and the results)", "R"},

@@ -17,6 +17,13 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
 EngineOptions engine_options(const ParsedArgs& a, const std::string& default_device,
                              const std::string& default_numerics);
 
+// Speculative decoding: --draft auto|mtp|off (EngineOptions::draft) and --draft-max N (serve,
+// run, bench). draft_options fills engine.draft and returns the draft length (0: --draft off,
+// or auto on a model without a drafter is decided later by the engine); --draft-max must be in
+// [1, max_rollback].
+std::vector<OptionSpec> draft_option_specs();
+int draft_options(const ParsedArgs& a, EngineOptions& engine);
+
 // The options of one rank of a multi-process pipeline: --rank, --world, --coordinator,
 // --dist-timeout (docs/multi-gpu.md).
 std::vector<OptionSpec> distributed_option_specs();

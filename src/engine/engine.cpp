@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include "engine/layer_split.h"
+#include "engine/mtp.h"
 #include "engine/pipeline_runner.h"
 #ifdef HS_HAVE_CUDA
 #include "kernels/cuda/device_context.h"
@@ -61,6 +62,14 @@ static void pin_device(const std::string& device) {
 
 void Sequence::reset() {
   for (auto& s : shards) s->reset();
+  if (draft) draft->reset();
+  draft_offset = 0;
+}
+
+std::string parse_draft_kind(const std::string& s) {
+  if (s == "auto" || s == "mtp" || s == "off") return s;
+  if (s == "dspark") fail("--draft dspark: the DSpark drafter is not implemented yet (use mtp, auto or off)");
+  fail("--draft: expected auto, mtp or off, got '", s, "'");
 }
 
 Engine::Engine(const std::string& model_path, const EngineOptions& opts)
@@ -97,6 +106,21 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     config_.n_active_experts = opts.expert_top_k;
   }
   HS_CHECK(opts.expert_top_k >= 0, "--expert-top-k must be positive (0: the model's), got ", opts.expert_top_k);
+  const std::string draft = parse_draft_kind(opts.draft);
+  HS_CHECK(opts.draft_model.empty() || draft != "off", "a drafter file (", opts.draft_model,
+           ") needs --draft mtp or auto");
+  if (!opts.draft_model.empty()) draft_source_ = open_gguf_drafter(opts.draft_model, config_);
+  const ModelSource& draft_src = draft_source_ ? *draft_source_ : *source_;
+  const bool want_mtp = draft == "mtp" || (draft == "auto" && draft_src.has_mtp());
+  if (want_mtp && opts.only_shard < 0) {  // the tensors are checked before any weight is loaded
+    auto problems = draft_src.validate_mtp();
+    if (!problems.empty()) {
+      std::string msg = cat("--draft ", draft, ": ", draft_src.path(), ": the MTP block cannot be used (",
+                            problems.size(), " problem(s)):");
+      for (size_t i = 0; i < problems.size() && i < 8; ++i) msg += "\n  " + problems[i];
+      fail(msg);
+    }
+  }
   pool_ = std::make_unique<ThreadPool>(opts.threads);
   std::vector<std::string> devices = opts.devices;
   if (devices.empty()) devices.assign(opts.layer_split.empty() ? 1 : opts.layer_split.size(), opts.device);
@@ -155,6 +179,34 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     shards_[i]->init_state(po);
   }
   shard_offset_ = std::max(opts.only_shard, 0);
+  if (want_mtp && opts.only_shard < 0) {
+    Shard& last = *shards_.back();
+    Ops& ops = last.ops();
+    const Mat* embed = &shards_.front()->embedding();
+    if (&shards_.front()->ops() != &ops) {  // the drafter embeds on the last shard's backend
+      const auto specs = model_tensor_specs(config_, 0, 1, true, false);
+      for (const TensorSpec& t : specs)
+        if (t.name == "token_embd") {
+          draft_embed_.rows = t.shape[0];
+          draft_embed_.cols = t.shape[1];
+          if (ops.weight_form() == WeightForm::Native) draft_embed_.native = source_->native(t);
+          if (!draft_embed_.native) draft_embed_.w = source_->read_f32(t);
+          ops.adopt_weight(draft_embed_);
+        }
+      embed = &draft_embed_;
+    }
+    StatePoolOptions po;
+    po.slots = opts.max_seqs;
+    po.max_context = opts.max_context;
+    po.max_rollback = opts.max_rollback;
+    po.packed = opts.numerics == Numerics::Model;
+    const ModelSource& dsrc = draft_source_ ? *draft_source_ : *source_;
+    ModelConfig dc = config_;  // (the expert count as overridden) with the drafter's own schedule entry
+    dc.mtp_ratio = dsrc.config().mtp_ratio;
+    drafter_ = std::make_unique<MtpDrafter>(dc, load_mtp_weights(dsrc, ops.weight_form(),
+                                                                      [&ops](Mat& m) { ops.adopt_weight(m); }),
+                                            ops, *embed, last.head(), opts.numerics, mtp_pool_options(dc, po));
+  }
   // What decides the state's bits: the weights, the numerics and row forms, the expert count,
   // where every layer runs (CPU and CUDA kernels round differently), the page size.
   {
@@ -202,6 +254,7 @@ const std::string& Engine::shard_device(int i) const {
 std::unique_ptr<Sequence> Engine::new_sequence() const {
   auto s = std::make_unique<Sequence>();
   for (const auto& sh : shards_) s->shards.push_back(sh->new_sequence());
+  if (drafter_) s->draft = drafter_->new_sequence();
   return s;
 }
 
@@ -460,6 +513,11 @@ void Engine::write_logits(Micro& mb) {
   RowRuns runs, sample_runs;  // rows of the state to run the head over; rows of its output to sample
   std::vector<DeviceSampling> specs;
   int64_t row = 0, wanted = 0;
+  for (const StepItem& it : mb.items) {  // the drafter's input first (StepItem::hidden)
+    if (it.hidden) ops.download(it.hidden, mb.X.back().data + row * per, it.n * per);
+    row += it.n;
+  }
+  row = 0;
   for (const StepItem& it : mb.items) {
     if (!it.output) {
       row += it.n;

@@ -54,7 +54,17 @@ struct EngineOptions {
   int64_t max_context = 0;
   int64_t state_memory = 0;
   int max_rollback = 16;
+  // The speculative-decoding drafter (engine/mtp.h): "off", "mtp" (the model's MTP block; an
+  // error when it has none or it does not fit the model), "auto" (mtp when the model has one).
+  // It runs on the last shard's backend.
+  std::string draft = "off";
+  // A drafter file apart from the model (an MTP-only GGUF: antirez's, llama.cpp's); empty: the
+  // model's own MTP block. Checked against the model (open_gguf_drafter).
+  std::string draft_model;
 };
+
+// "auto" | "mtp" | "off" (the --draft option); errors name the value.
+std::string parse_draft_kind(const std::string& s);
 
 // "reference" | "model" (the --numerics option); errors name the value.
 Numerics parse_numerics(const std::string& s);
@@ -72,6 +82,10 @@ std::unique_ptr<Ops> make_cuda_ops(int device, Numerics numerics);  // engine/cu
 // before its engine.
 struct Sequence {
   std::vector<std::unique_ptr<SequenceState>> shards;
+  // The drafter's state (Engine::drafter(); null without one). Its rows lag the model's: row p
+  // continues the model's state at p with token p + 1, at position p - draft_offset.
+  std::unique_ptr<SequenceState> draft;
+  int64_t draft_offset = 0;
   int64_t n_past() const { return shards.empty() ? 0 : shards.front()->n_past(); }
   void reset();
 };
@@ -98,6 +112,7 @@ struct EngineStateStats {
 };
 
 class PipelineRunner;
+class MtpDrafter;
 
 // A request to sample an item's last position on the last shard's backend (StepItem::sample):
 // `spec` in; `sampled`, `token` out. sampled = true: token holds the id and the item's logits
@@ -122,6 +137,9 @@ struct StepItem {
   // false: a prefill chunk whose logits nobody reads (not the prompt's last): the head is not run
   // for it, and logits/sample are ignored.
   bool output = true;
+  // Optional: the final HC state [n, hc * D] of every row (host memory; before hc_head), what
+  // the MTP drafter takes as its input (engine/mtp.h). Written whether or not `output` is.
+  float* hidden = nullptr;
 };
 
 class Engine {
@@ -170,6 +188,8 @@ class Engine {
   // the items' sequences are left half-advanced: reset them.
   void step_batch(std::span<const StepItem> items);
   int micro_batches() const { return micro_batches_; }
+  // The MTP drafter (EngineOptions::draft), or null.
+  MtpDrafter* drafter() const { return drafter_.get(); }
   // Whether this engine holds the whole pipeline (embedding to output head).
   bool complete() const;
   // Decode steps as CUDA graphs (engine/step_graphs.h), summed over this engine's shards.
@@ -216,6 +236,9 @@ class Engine {
   void run_stage(size_t s, Micro& mb, bool embed, bool logits);
   void write_logits(Micro& mb);
   PipelineRunner& runner();
+  std::unique_ptr<ModelSource> draft_source_;  // EngineOptions::draft_model
+  Mat draft_embed_;  // the drafter's copy of the embedding when shard 0 is on another backend
+  std::unique_ptr<MtpDrafter> drafter_;
   std::unique_ptr<PipelineRunner> runner_;  // last: its threads stop before anything they use goes
 };
 

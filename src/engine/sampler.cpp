@@ -42,13 +42,8 @@ void radix_sort_desc(const float* logits, std::vector<int32_t>& ids) {
 
 }  // namespace
 
-int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, float u, std::vector<int32_t>& idx) {
-  if (!draws_uniform(p)) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (logits[i] > logits[best]) best = i;
-    return static_cast<int32_t>(best);
-  }
+int64_t sampling_candidates(const float* logits, int64_t vocab, const SamplingParams& p, std::vector<int32_t>& idx,
+                            std::vector<float>& ev, double& total) {
   // Candidates by (logit desc, id asc): the same order as z = logit / temperature.
   auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   // Masked tokens (-inf: structured output) have no mass and sort last: leaving them out
@@ -69,7 +64,7 @@ int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, 
   // e_i = p_i / p_0, in float as the device computes it (once each); sums in double.
   const float inv_t = 1.0f / p.temperature;
   const float z0 = logits[idx[0]] * inv_t;
-  std::vector<float> ev(static_cast<size_t>(m));
+  ev.resize(static_cast<size_t>(m));
   for (int64_t i = 0; i < m; ++i) ev[static_cast<size_t>(i)] = std::exp(logits[idx[static_cast<size_t>(i)]] * inv_t - z0);
   auto e = [&](int64_t i) { return static_cast<double>(ev[static_cast<size_t>(i)]); };
   // min-p: e_i is non-increasing, so the survivors are a prefix (at least the first).
@@ -82,22 +77,35 @@ int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, 
   double z2 = 0;
   for (int64_t i = 0; i < m2; ++i) z2 += e(i);
   int64_t m3 = m2;
-  double z3 = z2;
+  total = z2;
   if (p.top_p < 1.0f) {
     double c = 0;
     for (int64_t i = 0; i < m2; ++i) {
       c += e(i);
       if (c >= p.top_p * z2) {
         m3 = i + 1;
-        z3 = c;
+        total = c;
         break;
       }
     }
   }
+  return m3;
+}
+
+int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, float u, std::vector<int32_t>& idx) {
+  if (!draws_uniform(p)) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i)
+      if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+  }
+  std::vector<float> ev;
+  double z3 = 0;
+  const int64_t m3 = sampling_candidates(logits, vocab, p, idx, ev, z3);
   // The first candidate whose cumulative mass exceeds u * z3.
   double c = 0;
   for (int64_t i = 0; i < m3; ++i) {
-    c += e(i);
+    c += static_cast<double>(ev[static_cast<size_t>(i)]);
     if (c > u * z3) return idx[static_cast<size_t>(i)];
   }
   return idx[static_cast<size_t>(m3 - 1)];

@@ -43,6 +43,10 @@ struct SampleResult {
 // prefix of the survivors whose mass reaches top_p, then the first whose cumulative mass exceeds
 // u * total). idx is scratch.
 int32_t pick_token(const float* logits, int64_t vocab, const SamplingParams& p, float u, std::vector<int32_t>& idx);
+// pick_token's candidates when it draws (draws_uniform): returns m, the survivors of the
+// filters idx[0..m) in draw order, their masses ev[i] = p_i / p_0 and total = their sum.
+int64_t sampling_candidates(const float* logits, int64_t vocab, const SamplingParams& p, std::vector<int32_t>& idx,
+                            std::vector<float>& ev, double& total);
 // Whether these parameters draw a uniform number per token (temperature > 0 and top_k != 1).
 inline bool draws_uniform(const SamplingParams& p) { return p.temperature > 0.0f && p.top_k != 1; }
 

@@ -6,6 +6,7 @@
 #include "util/error.h"
 #include "util/log.h"
 #include "engine/state_pool.h"
+#include "engine/scheduler_slot.h"
 
 namespace hs {
 
@@ -19,35 +20,16 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-struct Scheduler::Slot {
-  std::unique_ptr<Sequence> seq;  // allocated once; its pages go back before every reuse
-  bool busy = false;
-  uint64_t id = 0;
-  uint64_t admitted = 0;          // admission order (the newest is preempted first)
-  GenerationRequest req;
-  std::unique_ptr<Sampler> sampler;
-  // What is still to be prefilled: the prompt, or after a preemption the prompt and the tokens
-  // generated before the last one (which the next decode step feeds); feed_samples: whether the
-  // end of the feed samples a token (the prompt's does, a recompute's does not).
-  std::vector<int32_t> feed;
-  size_t feed_done = 0;
-  bool feed_samples = true;
-  bool waiting = false;           // preempted: waits for pages before it recomputes
-  std::vector<int32_t> out;       // the tokens generated so far
-  int32_t last = -1;
-  std::vector<float> logits;
-  StepSample device;  // this step's device sampling request (StepItem::sample)
-  bool device_drawn = false;      // device.spec.u holds this token's uniform already (a retried step keeps it)
-  std::vector<uint64_t> allowed;  // a constrained request's mask for the device sampler (device.spec.allowed)
-  int generated() const { return static_cast<int>(out.size()); }
-};
-
 Scheduler::Scheduler(Engine& engine, const SchedulerOptions& opts) : engine_(engine), opts_(opts) {
   HS_CHECK(opts_.max_seqs >= 1, "--max-seqs must be at least 1, got ", opts_.max_seqs);
   HS_CHECK(opts_.prefill_chunk >= 1, "--prefill-chunk must be at least 1, got ", opts_.prefill_chunk);
   HS_CHECK(opts_.max_step_tokens >= 0, "max_step_tokens must be at least 0 (0: prefill_chunk + max_seqs), got ",
            opts_.max_step_tokens);
   if (opts_.ctx_size == 0) opts_.ctx_size = engine_.state_layout(0).max_context;
+  const int rollback = engine_.state_layout(0).max_rollback;
+  HS_CHECK(opts_.draft_max >= 0 && opts_.draft_max <= rollback, "--draft-max ", opts_.draft_max,
+           ": at most ", rollback, " drafted tokens per step (what the state pools can roll back), at least 1; "
+           "use --draft off for none");
   HS_CHECK(opts_.ctx_size >= 2, "--ctx-size must be at least 2, got ", opts_.ctx_size);
   HS_CHECK(opts_.ctx_size <= engine_.state_layout(0).max_context, "--ctx-size ", opts_.ctx_size,
            " is longer than the engine's state pools were made for (", engine_.state_layout(0).max_context,
@@ -199,6 +181,9 @@ void Scheduler::loop() {
         s->device_drawn = false;
         s->out.clear();
         s->last = -1;
+        s->drafting = may_draft(s->req);
+        s->draft_len = std::make_unique<DraftLength>(std::max(opts_.draft_max, 1));
+        s->clear_drafts();
         free_pages -= pages_wanted(*s);
         stats_.requests_active++;
         stats_.prompt_tokens_total += static_cast<int64_t>(s->req.prompt.size());
@@ -266,6 +251,7 @@ void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
   }
   GenerationRequest req = std::move(s.req);
   s.sampler.reset();
+  s.clear_drafts();
   s.seq->reset();  // its pages go back now
   const EngineStateStats pages = engine_.state_stats();
   {
@@ -295,6 +281,7 @@ bool Scheduler::admissible(const Slot& s, int64_t free_pages) const {
 // (prompt + generated tokens but the last, without sampling), then decodes on.
 void Scheduler::preempt(Slot& s) {
   s.seq->reset();
+  s.clear_drafts();
   s.feed = s.req.prompt;
   s.feed_samples = s.out.empty();
   if (!s.out.empty()) s.feed.insert(s.feed.end(), s.out.begin(), s.out.end() - 1);
@@ -362,12 +349,24 @@ void Scheduler::step_once() {
       if (n <= 0) break;  // (only prompt chunks run out of budget: decoders come first)
       const int32_t* tokens = left == 0 ? &s->last : s->feed.data() + s->feed_done;
       StepItem item{s->seq.get(), tokens, n, s->logits.data(), false};
+      const int64_t V = engine_.config().vocab_size, per = engine_.config().hc_mult * engine_.config().dim;
+      if (left == 0 && !s->drafts.empty()) {  // a verify step: the last token and the drafts, every row's logits
+        s->verify.assign(1, s->last);
+        s->verify.insert(s->verify.end(), s->drafts.begin(), s->drafts.end());
+        n = static_cast<int64_t>(s->verify.size());
+        s->verify_logits.resize(static_cast<size_t>(n * V));
+        item = StepItem{s->seq.get(), s->verify.data(), n, s->verify_logits.data(), true};
+      }
+      if (s->feeds_drafter(engine_)) {  // the drafter continues from these rows
+        s->hidden.resize(static_cast<size_t>(n * per));
+        item.hidden = s->hidden.data();
+      }
       // A chunk before the feed's last, or a recompute's last, has no head to run.
       item.output = left == 0 || (n == static_cast<int64_t>(left) && s->feed_samples);
       // The step that ends the prompt, and every decode step, samples a token: on the device
       // where the request allows it, with this token's uniform from the request's generator
       // (drawn once per token, in the order the tokens are sampled; see the retry below).
-      if (item.output) {
+      if (item.output && !item.all_positions) {
         const GenerationRequest& q = s->req;
         const SamplingParams& p = q.sampling;
         if (opts_.device_sampling && !q.logprobs && p.top_logprobs == 0 && !q.forced_token &&
@@ -390,6 +389,7 @@ void Scheduler::step_once() {
       budget -= n;
     }
   };
+  make_drafts(live);
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     plan();
@@ -427,6 +427,7 @@ void Scheduler::step_once() {
     stats_.decode_seconds += secs * static_cast<double>(decode_rows) / rows;
     stats_.prefill_tokens += prefill_rows;
     stats_.decode_tokens += decode_rows;
+    if (decode_rows > 0) stats_.decode_steps++;
     size_t bytes = 0;
     for (const auto& o : slots_)
       if (o->busy)
@@ -437,6 +438,7 @@ void Scheduler::step_once() {
   }
   for (size_t i = 0; i < stepped.size(); ++i) {
     Slot& s = *stepped[i];
+    if (s.drafts.empty()) keep_rows(s, items[i], s.feed_done < s.feed.size());
     if (s.feed_done < s.feed.size()) {
       s.feed_done += static_cast<size_t>(items[i].n);
       const auto& pts = s.req.cache_points;
@@ -447,6 +449,10 @@ void Scheduler::step_once() {
     }
     s.device_drawn = false;
     try {
+      if (!s.drafts.empty()) {
+        verify(s);
+        continue;
+      }
       // A device request that fell back (no sampler on the backend) uses the uniform it drew.
       const StepSample* dev = items[i].sample;
       TokenConstraint* constraint = s.req.constraint.get();
@@ -474,28 +480,36 @@ void Scheduler::step_once() {
         constraint->accept(r.token);
         constraint_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
       }
-      s.sampler->accept(r.token);
-      s.last = r.token;
-      s.out.push_back(r.token);
-      {
-        std::lock_guard<std::mutex> lk(mu_);
-        stats_.generated_tokens_total++;
-        if (dev && dev->sampled) stats_.device_sampled_tokens++;
-        if (constraint) {
-          stats_.constrained_tokens++;
-          stats_.constraint_seconds += constraint_secs;
-        }
-      }
-      const bool go_on = !s.req.on_token || s.req.on_token(r);
-      const bool is_stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), r.token) != s.req.stop_tokens.end();
-      // A complete structured output ends the request without waiting for EOS.
-      if (!go_on || is_stop || (constraint && constraint->finished())) finish(s, FinishReason::Stop, "");
-      else if (s.generated() >= s.req.max_tokens) finish(s, FinishReason::Length, "");
+      emit(s, r, dev && dev->sampled, constraint != nullptr, constraint_secs);
     } catch (const std::exception& e) {
       log_warn("request ", s.id, " failed: ", e.what());
       finish(s, FinishReason::Error, e.what());
     }
   }
+  feed_drafter(stepped);  // prompt chunks whose rows are complete
+}
+
+bool Scheduler::emit(Slot& s, const SampleResult& r, bool device, bool constrained, double constraint_secs) {
+  s.sampler->accept(r.token);
+  s.last = r.token;
+  s.out.push_back(r.token);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stats_.generated_tokens_total++;
+    if (device) stats_.device_sampled_tokens++;
+    if (constrained) {
+      stats_.constrained_tokens++;
+      stats_.constraint_seconds += constraint_secs;
+    }
+  }
+  const bool go_on = !s.req.on_token || s.req.on_token(r);
+  const bool is_stop = std::find(s.req.stop_tokens.begin(), s.req.stop_tokens.end(), r.token) != s.req.stop_tokens.end();
+  // A complete structured output ends the request without waiting for EOS.
+  const TokenConstraint* constraint = s.req.constraint.get();
+  if (!go_on || is_stop || (constraint && constraint->finished())) finish(s, FinishReason::Stop, "");
+  else if (s.generated() >= s.req.max_tokens) finish(s, FinishReason::Length, "");
+  else return true;
+  return false;
 }
 
 }  // namespace hs

@@ -64,6 +64,13 @@ struct GenerationRequest {
   bool use_cache = true;
   // Called once as the request starts, with how many prompt tokens came from the cache.
   std::function<void(int64_t cached)> on_start;
+  // Speculative decoding (SchedulerOptions::draft_max): called after each verify step with the
+  // tokens drafted and accepted in it (the per-request usage).
+  std::function<void(int drafted, int accepted)> on_draft;
+  // Test-only hook: drafts these tokens (at most k; q one-hot at each) instead of the drafter,
+  // at the full --draft-max length, so a test can force acceptance (the true continuation) or
+  // rejection. Works without a drafter.
+  std::function<std::vector<int32_t>(int64_t generated, int k)> test_drafts;
 };
 
 struct SchedulerOptions {
@@ -81,6 +88,11 @@ struct SchedulerOptions {
   // Restores prompts' cached prefixes and keeps snapshots (engine/prefix_cache.h); null: none.
   // Used on the scheduler's thread only; it must outlive the scheduler.
   PrefixCache* cache = nullptr;
+  // Speculative decoding (engine/speculative.h) with the engine's drafter (Engine::drafter):
+  // at most this many drafted tokens verified per step and sequence (the length adapts to each
+  // request's acceptance); 0: off. At most the engine's rollback (EngineOptions::max_rollback).
+  // Requests with penalties, logprobs, a constraint, forced or overridden tokens do not draft.
+  int draft_max = 0;
 };
 
 struct SchedulerStats {
@@ -97,6 +109,9 @@ struct SchedulerStats {
   int64_t preemptions = 0;                          // sequences whose pages were taken back mid-run
   int64_t cached_prompt_tokens = 0;                 // of prompt_tokens_total: restored from the prefix cache
   PrefixCacheStats cache;                           // (refreshed at most every 200 ms)
+  int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding: drafted / of those accepted
+  int64_t verify_steps = 0;                         // sequence-steps that verified drafts
+  int64_t decode_steps = 0;                         // engine steps with at least one decoding sequence
   int max_seqs = 0;
 };
 
@@ -125,6 +140,14 @@ class Scheduler {
   void start(Slot& s, bool resumed);                         // restores its cached prefix, on_start
   void keep_snapshot(Slot& s, std::span<const int32_t> tokens);  // into the prefix cache
   void finish(Slot& s, FinishReason r, const std::string& err);  // ends the request, frees the slot
+  // The chosen token goes out (counts, on_token, stop tokens, max_tokens); false once the request ended.
+  bool emit(Slot& s, const SampleResult& r, bool device, bool constrained, double constraint_secs);
+  // Speculative decoding (scheduler_draft.cpp).
+  bool may_draft(const GenerationRequest& q) const;
+  void make_drafts(const std::vector<Slot*>& live);             // this step's drafts of the decoders
+  void feed_drafter(const std::vector<Slot*>& slots);           // complete pending rows into the drafter
+  void keep_rows(Slot& s, const StepItem& item, bool prefill);  // a step's rows become pending drafter rows
+  void verify(Slot& s);                                         // acceptance, rollback, the tokens out
 
   Engine& engine_;
   SchedulerOptions opts_;

@@ -52,6 +52,9 @@ class Shard {
   int layer_end() const { return w_.end; }
   bool owns_embedding() const { return w_.has_embed; }
   bool owns_output() const { return w_.has_head; }
+  // The embedding table / output head (shard 0 / the last shard): the MTP drafter shares them.
+  const Mat& embedding() const { return w_.embed; }
+  const Mat& head() const { return w_.head; }
 
   // A new empty sequence in this shard's pool (throws when every slot is taken).
   std::unique_ptr<SequenceState> new_sequence();

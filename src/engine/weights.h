@@ -63,11 +63,25 @@ struct ShardWeights {
   std::vector<LayerWeights> layers;
 };
 
+// The MTP block (ds4-model-spec.md §7): the block is layer n_layers of the config's
+// with_mtp_layer(); the embedding and output head are the main model's.
+struct MtpWeights {
+  Mat e_proj, h_proj;               // [D, D] each (a fused eh_proj is split at load)
+  std::vector<float> enorm, hnorm;  // [D]
+  std::vector<float> norm;          // the MTP's own final RMSNorm [D]
+  HcWeights hc_head;
+  LayerWeights block;
+};
+
 // Loads and validates (every tensor present with the right shape and an allowed type)
 // the weights of layers [begin, end) plus the embedding and/or output head. `adopt`, when
 // given, is called on every matrix right after it is read (the backend uploads it).
 using AdoptWeight = std::function<void(Mat&)>;
 ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool with_embed, bool with_head,
                                 WeightForm form = WeightForm::F32, const AdoptWeight& adopt = {});
+
+// The MTP block of src, validated like the main model's layers (a missing or mis-shaped
+// tensor is an error naming it; none at all says the model has no MTP block).
+MtpWeights load_mtp_weights(const ModelSource& src, WeightForm form = WeightForm::F32, const AdoptWeight& adopt = {});
 
 }  // namespace hs

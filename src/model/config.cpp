@@ -59,6 +59,13 @@ void ModelConfig::validate() const {
   }
 }
 
+ModelConfig ModelConfig::with_mtp_layer() const {
+  ModelConfig c = *this;
+  c.compress_ratios.push_back(mtp_ratio);
+  c.n_layers += 1;
+  return c;
+}
+
 std::string ModelConfig::layer_schedule() const {
   std::ostringstream os;
   for (int l = 0; l < n_layers; ++l) {
@@ -181,6 +188,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& path
   // The legacy list has an extra entry per MTP layer; the main stack uses the first n_layers.
   HS_CHECK(static_cast<int>(c.compress_ratios.size()) >= c.n_layers, path, ": attention schedule has ",
            c.compress_ratios.size(), " entries, expected at least num_hidden_layers = ", c.n_layers);
+  if (static_cast<int>(c.compress_ratios.size()) > c.n_layers) c.mtp_ratio = c.compress_ratios[static_cast<size_t>(c.n_layers)];
   c.compress_ratios.resize(static_cast<size_t>(c.n_layers));
 
   // MoE routing schedule: mlp_layer_types (hash_moe prefix) or legacy num_hash_layers.

@@ -56,6 +56,7 @@ struct ModelConfig {
   int bos_token_id = 0;
   int eos_token_id = 1;
   int n_mtp_layers = 0;
+  int mtp_ratio = 0;             // the MTP block's compress ratio (the schedule's extra entry; 0 = SWA)
 
   int ratio(int layer) const { return compress_ratios.at(static_cast<size_t>(layer)); }
   AttnKind kind(int layer) const;
@@ -64,6 +65,10 @@ struct ModelConfig {
   int hc_mix() const { return (2 + hc_mult) * hc_mult; }
   // Compressor width multiplier: 2 for the overlapping CSA windows, 1 otherwise.
   int compress_coff(int layer) const { return ratio(layer) == csa_ratio ? 2 : 1; }
+
+  // The config of the MTP block as one more layer (index n_layers) after the main stack: the
+  // drafter runs it through the same Shard code (engine/mtp.h).
+  ModelConfig with_mtp_layer() const;
 
   // Throws hs::Error naming the field and value when the config is inconsistent.
   void validate() const;

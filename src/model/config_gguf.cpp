@@ -1,4 +1,6 @@
 // ModelConfig from GGUF `deepseek4.*` metadata (../shared/docs/gguf-ds4.md §1).
+#include <algorithm>
+
 #include "format/gguf.h"
 #include "model/config.h"
 #include "util/error.h"
@@ -21,9 +23,12 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   // block_count counts MTP blocks only when the file holds them as the last blocks (LC's
   // layout: blk.{n}.nextn.eh_proj); MTP tensors elsewhere (blk.43.* past block_count,
   // antirez's mtp.0.*) are simply not part of the main model.
-  if (c.n_mtp_layers > 0 && c.n_mtp_layers < c.n_layers &&
-      f.find_tensor(cat("blk.", c.n_layers - c.n_mtp_layers, ".nextn.eh_proj.weight")))
-    c.n_layers -= c.n_mtp_layers;
+  // Unsloth's files count the block without always saying nextn_predict_layers: then it is one.
+  const int counted = std::max(c.n_mtp_layers, 1);
+  if (counted < c.n_layers && f.find_tensor(cat("blk.", c.n_layers - counted, ".nextn.eh_proj.weight"))) {
+    c.n_layers -= counted;
+    c.n_mtp_layers = counted;
+  }
   bool main_blocks = false, mtp = false;
   for (const auto& t : f.tensors()) {
     main_blocks |= t.name.rfind("blk.0.", 0) == 0;
@@ -63,6 +68,7 @@ ModelConfig config_from_gguf(const gguf::File& f) {
            "attention.compress_ratios: expected at least block_count = ", c.n_layers, " entries, found ",
            ratios.size());
   for (int l = 0; l < c.n_layers; ++l) c.compress_ratios.push_back(static_cast<int>(ratios[static_cast<size_t>(l)]));
+  if (static_cast<int>(ratios.size()) > c.n_layers) c.mtp_ratio = static_cast<int>(ratios[static_cast<size_t>(c.n_layers)]);
   c.csa_ratio = 4;
   c.index_n_heads = u32_or("attention.indexer.head_count", 0);
   c.index_head_dim = u32_or("attention.indexer.key_length", 0);

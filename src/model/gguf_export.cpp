@@ -14,12 +14,12 @@
 
 namespace hs {
 
-void write_config_metadata(const ModelConfig& c, gguf::Writer& w) {
+void write_config_metadata(const ModelConfig& c, gguf::Writer& w, bool mtp_counted) {
   const std::string p = "deepseek4.";
   auto u32 = [&](const std::string& k, int64_t v) { w.set_u32(p + k, static_cast<uint32_t>(v)); };
   auto f32 = [&](const std::string& k, float v) { w.set_f32(p + k, v); };
   w.set_string("general.architecture", "deepseek4");
-  u32("block_count", c.n_layers);
+  u32("block_count", c.n_layers + (mtp_counted ? c.n_mtp_layers : 0));
   u32("context_length", c.max_position > 0 ? c.max_position : 1048576);
   u32("embedding_length", c.dim);
   u32("embedding_length_out", c.dim * c.hc_mult);
@@ -41,7 +41,9 @@ void write_config_metadata(const ModelConfig& c, gguf::Writer& w) {
   u32("attention.output_lora_rank", c.o_lora_rank);
   u32("attention.output_group_count", c.o_groups);
   u32("attention.sliding_window", c.window);
-  w.set_i32_array(p + "attention.compress_ratios", std::vector<int32_t>(c.compress_ratios.begin(), c.compress_ratios.end()));
+  std::vector<int32_t> ratios(c.compress_ratios.begin(), c.compress_ratios.end());
+  if (c.n_mtp_layers > 0) ratios.push_back(c.mtp_ratio);  // the official schedule's MTP entry
+  w.set_i32_array(p + "attention.compress_ratios", ratios);
   u32("attention.indexer.head_count", c.index_n_heads);
   u32("attention.indexer.key_length", c.index_head_dim);
   u32("attention.indexer.top_k", c.index_topk);

@@ -40,7 +40,8 @@ struct GgufExportStats {
 };
 
 // The deepseek4.* metadata of a config (shared by export and synthetic models).
-void write_config_metadata(const ModelConfig& c, gguf::Writer& w);
+// mtp_counted: block_count includes the MTP block (Unsloth's files), which sits at blk.<n_layers>.
+void write_config_metadata(const ModelConfig& c, gguf::Writer& w, bool mtp_counted = false);
 
 // The tokenizer export_gguf would embed by default: SRC/tokenizer.json for a directory, SRC
 // itself for a GGUF with tokenizer.ggml.tokens; "" when there is none.

@@ -38,6 +38,33 @@ std::vector<std::string> ModelSource::validate(int begin, int end, bool with_emb
   return problems;
 }
 
+std::vector<TensorSpec> ModelSource::mtp_specs() const {
+  for (bool fused : {false, true}) {
+    std::vector<TensorSpec> specs = mtp_tensor_specs(config_, fused);
+    if (!storage_type(specs.front()).empty()) return specs;  // e_proj, or eh_proj
+  }
+  std::vector<TensorSpec> specs = mtp_tensor_specs(config_, false);
+  for (const TensorSpec& s : specs)
+    if (!storage_type(s).empty()) return specs;
+  return {};
+}
+
+std::vector<std::string> ModelSource::validate_mtp() const {
+  const std::vector<TensorSpec> specs = mtp_specs();
+  if (specs.empty())
+    return {cat(path_, ": no MTP block (none of mtp.0.*, blk.", config_.n_layers, ".nextn.* or official mtp.0.* "
+                "tensors): this model cannot draft with --draft mtp")};
+  std::vector<std::string> problems;
+  for (const auto& spec : specs) {
+    try {
+      check(spec);
+    } catch (const Error& e) {
+      problems.push_back(cat(e.what(), " (MTP block)"));
+    }
+  }
+  return problems;
+}
+
 namespace {
 uint64_t fnv(uint64_t h, const void* data, size_t n) {
   const auto* p = static_cast<const uint8_t*>(data);

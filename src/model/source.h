@@ -91,6 +91,14 @@ class ModelSource {
 
   // Checks every tensor of layers [begin, end) (+ globals); returns one message per problem.
   std::vector<std::string> validate(int begin, int end, bool with_embed, bool with_head) const;
+  // The MTP block's inventory in the form this source stores it (mtp_tensor_specs: a fused
+  // eh_proj or e_proj + h_proj); empty when the source has no MTP tensor at all. A source with
+  // some MTP tensors but not all gets the full list, so validate_mtp() names what is missing.
+  std::vector<TensorSpec> mtp_specs() const;
+  bool has_mtp() const { return !mtp_specs().empty(); }
+  // Checks every MTP tensor (presence, shape against the main model's config, type); one
+  // message per problem, or one saying there is no MTP block.
+  std::vector<std::string> validate_mtp() const;
 
  protected:
   ModelConfig config_;
@@ -99,5 +107,9 @@ class ModelSource {
 
 std::unique_ptr<ModelSource> open_hf_source(const std::string& dir);
 std::unique_ptr<ModelSource> open_gguf_source(const std::string& path);
+// A drafter GGUF apart from the model (antirez's MTP file, llama.cpp's MTP-only GGUF): its MTP
+// tensors under main's config (mtp_specs, validate_mtp); throws naming the key when its metadata
+// describes another model (widths, vocabulary, where its block sits).
+std::unique_ptr<ModelSource> open_gguf_drafter(const std::string& path, const ModelConfig& main);
 
 }  // namespace hs

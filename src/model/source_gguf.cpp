@@ -2,7 +2,7 @@
 // files and our own exports (gguf-ds4.md §1-2, quant-formats.md §5). Tensor names are the
 // canonical names plus ".weight" (".bias" for exp_probs_b); a bare name is accepted too.
 // Shapes are GGUF ne (innermost first). Tensors outside the inventory (an MTP block as
-// blk.43.* or mtp.0.*, extra metadata tensors) are ignored. Vectors and HC projections may be
+// blk.43.* or mtp.0.*) are read only by the drafter (mtp_specs); extra metadata tensors are ignored. Vectors and HC projections may be
 // F32, F16 or BF16; tid2eid I32 (or I64); matrices and experts any type with a dequantizer.
 #include <cstring>
 
@@ -10,6 +10,7 @@
 #include "format/quants.h"
 #include "model/source.h"
 #include "util/error.h"
+#include "util/mmap.h"
 
 namespace hs {
 
@@ -32,6 +33,13 @@ class GgufSource : public ModelSource {
     path_ = path;
     config_ = config_from_gguf(f_);
   }
+  // A drafter file for `main` (an MTP-only GGUF): its tensors are read under main's config, and
+  // what its metadata says about the model it was made for must be main.
+  GgufSource(const std::string& path, const ModelConfig& main) : f_(path) {
+    path_ = path;
+    config_ = main;
+    check_drafter_metadata();
+  }
 
   std::string format() const override { return "gguf"; }
 
@@ -51,6 +59,11 @@ class GgufSource : public ModelSource {
 
   void check(const TensorSpec& spec) const override {
     const gguf::TensorInfo* t = find(spec);
+    if (!t && spec.name.rfind("mtp.", 0) == 0) {
+      std::string tried;
+      for (const std::string& n : mtp_gguf_names(spec.name, config_.n_layers)) tried += (tried.empty() ? "" : ", ") + n;
+      fail(path_, ": missing MTP tensor ", spec.name, " (looked for ", tried, ")");
+    }
     HS_CHECK(t, path_, ": missing tensor ", spec.name, spec.name.ends_with("exp_probs_b") ? ".bias" : ".weight");
     std::vector<int64_t> shape(t->ne.rbegin(), t->ne.rend());
     HS_CHECK(shape == spec.shape, path_, ": tensor ", t->name, ": shape ", shape_str(shape), " (ne reversed), expected ",
@@ -135,9 +148,48 @@ class GgufSource : public ModelSource {
   }
 
  private:
+  void check_drafter_metadata() {
+    const std::string p = "deepseek4.";
+    if (f_.has("general.architecture"))
+      HS_CHECK(f_.get_string("general.architecture") == "deepseek4", path_, ": general.architecture is '",
+               f_.get_string("general.architecture"), "', not a DeepSeek-V4 drafter");
+    const ModelConfig& c = config_;
+    const std::pair<const char*, int64_t> keys[] = {
+        {"embedding_length", c.dim},           {"vocab_size", c.vocab_size},
+        {"attention.head_count", c.n_heads},   {"attention.key_length", c.head_dim},
+        {"attention.q_lora_rank", c.q_lora_rank}, {"attention.output_lora_rank", c.o_lora_rank},
+        {"attention.output_group_count", c.o_groups}, {"attention.sliding_window", c.window},
+        {"expert_count", c.n_experts},         {"expert_feed_forward_length", c.moe_inter},
+        {"hyper_connection.count", c.hc_mult}, {"rope.dimension_count", c.rope_dim}};
+    for (const auto& [k, want] : keys) {
+      if (!f_.has(p + k)) continue;
+      const int64_t got = static_cast<int64_t>(f_.get_u64(p + k));
+      HS_CHECK(got == want, path_, ": this drafter was made for another model: ", p, k, " = ", got,
+               ", the model has ", want);
+    }
+    if (f_.has("tokenizer.ggml.tokens")) {
+      const auto n = static_cast<int64_t>(f_.get_string_array("tokenizer.ggml.tokens").size());
+      HS_CHECK(n == c.vocab_size, path_, ": this drafter was made for another model: its vocabulary has ", n,
+               " tokens, the model's ", c.vocab_size);
+    }
+    // llama.cpp's MTP-only file holds the block as its last block (block_count = layers + 1).
+    if (f_.has(p + "block_count")) {
+      const int64_t blocks = static_cast<int64_t>(f_.get_u64(p + "block_count"));
+      if (f_.find_tensor(cat("blk.", blocks - 1, ".nextn.eh_proj.weight")))
+        HS_CHECK(blocks - 1 == c.n_layers, path_, ": this drafter was made for another model: its MTP block is layer ",
+                 blocks - 1, ", the model has ", c.n_layers, " layers");
+    }
+    if (f_.has(p + "attention.compress_ratios")) {
+      const auto r = f_.get_int_array(p + "attention.compress_ratios");
+      if (static_cast<int>(r.size()) > c.n_layers) config_.mtp_ratio = static_cast<int>(r[static_cast<size_t>(c.n_layers)]);
+    }
+  }
+
+  // MTP tensors ("mtp.*") are looked up under every layout GGUFs use (mtp_gguf_names).
   const gguf::TensorInfo* find(const TensorSpec& spec) const {
-    for (const char* suffix : {".weight", ".bias", ""})
-      if (const auto* t = f_.find_tensor(spec.name + suffix)) return t;
+    for (const std::string& name : mtp_gguf_names(spec.name, config_.n_layers))
+      for (const char* suffix : {".weight", ".bias", ""})
+        if (const auto* t = f_.find_tensor(name + suffix)) return t;
     return nullptr;
   }
 
@@ -156,6 +208,11 @@ class GgufSource : public ModelSource {
 };
 
 }  // namespace
+
+std::unique_ptr<ModelSource> open_gguf_drafter(const std::string& path, const ModelConfig& main) {
+  HS_CHECK(file_exists(path), "drafter ", path, " does not exist");
+  return std::make_unique<GgufSource>(path, main);
+}
 
 std::unique_ptr<ModelSource> open_gguf_source(const std::string& path) {
   try {

@@ -71,7 +71,12 @@ class SyntheticSource : public ModelSource {
       : quant_(synth::parse_quant(spec.quant)), seed_(spec.seed), device_fill_(spec.device_fill) {
     config_ = synthetic_config(spec);
     path_ = config_.source;
-    for (auto& s : model_tensor_specs(config_, 0, config_.n_layers, true, true)) {
+    std::vector<TensorSpec> specs = model_tensor_specs(config_, 0, config_.n_layers, true, true);
+    if (!spec.draft.empty()) {
+      const auto mtp = mtp_tensor_specs(config_, spec.draft_layout != "mtp0");
+      specs.insert(specs.end(), mtp.begin(), mtp.end());
+    }
+    for (auto& s : specs) {
       order_.push_back(s.name);
       index_.emplace(s.name, std::move(s));
     }
@@ -181,6 +186,14 @@ ModelConfig synthetic_config(const SyntheticSpec& spec) {
     c.vocab_size = spec.vocab;
   } else if (tiny) {
     c.vocab_size = synthetic_tokenizer_size();
+  }
+  HS_CHECK(spec.draft.empty() || spec.draft == "mtp", "synthetic model: draft '", spec.draft,
+           "' is not a drafter synth can make (expected mtp; dspark is not implemented yet)");
+  HS_CHECK(spec.draft_layout == "nextn" || spec.draft_layout == "nextn-counted" || spec.draft_layout == "mtp0",
+           "synthetic model: draft layout '", spec.draft_layout, "' (expected nextn, nextn-counted or mtp0)");
+  if (!spec.draft.empty()) {
+    c.n_mtp_layers = 1;
+    c.mtp_ratio = 0;  // Flash and Pro: the MTP block is SWA-only
   }
   c.source = cat("synthetic:", spec.preset, "/", spec.quant, "/seed=", spec.seed);
   c.validate();

@@ -56,6 +56,14 @@ struct SyntheticSpec {
   // to fill them (random quantised rows of the mix's types; `bench --synthetic`). read_f32
   // still generates the host values, which then differ from the device's.
   bool device_fill = false;
+  // "mtp": the model also has an MTP block (ds4-model-spec.md §7; random weights like the rest),
+  // stored in GGUFs as `draft_layout` says: "nextn" llama.cpp's converter (blk.<n>.*, fused
+  // blk.<n>.nextn.eh_proj, past block_count), "nextn-counted" the same counted in block_count
+  // (Unsloth), "mtp0" antirez's mtp.0.* (separate e_proj and h_proj). "": no drafter.
+  std::string draft;
+  std::string draft_layout = "nextn";
+  // GGUF only: write the drafter alone (an MTP-only file, for --draft-model), with the model's metadata.
+  bool draft_only = false;
 };
 
 // The preset's config with the overrides applied (validated); throws hs::Error naming a bad

@@ -130,7 +130,7 @@ std::string_view synthetic_chat_template() { return synth_data::kDeepSeekV4ChatT
 
 void write_synthetic_metadata(const SyntheticSpec& spec, gguf::Writer& w) {
   const ModelConfig c = synthetic_config(spec);
-  write_config_metadata(c, w);
+  write_config_metadata(c, w, !spec.draft.empty() && spec.draft_layout == "nextn-counted");
   w.set_string("general.name", cat("DeepSeek-V4 synthetic ", spec.preset, " (", c.n_layers, " layers, ", spec.quant,
                                    ", seed ", spec.seed, ")"));
   make_synthetic_tokenizer(c.vocab_size).write_gguf_metadata(w);
@@ -142,26 +142,45 @@ void write_synthetic_gguf(const SyntheticSpec& spec, const std::string& path, co
   const synth::Quant quant = synth::parse_quant(spec.quant);
   gguf::Writer w;
   write_synthetic_metadata(spec, w);
-  const std::vector<TensorSpec> specs = model_tensor_specs(c, 0, c.n_layers, true, true);
+  HS_CHECK(!spec.draft_only || !spec.draft.empty(), "synthetic model: a drafter-only file needs a drafter (draft mtp)");
+  std::vector<TensorSpec> specs;
+  if (!spec.draft_only) specs = model_tensor_specs(c, 0, c.n_layers, true, true);
+  std::vector<std::string> names;  // GGUF names (values are generated from the canonical ones)
+  for (const TensorSpec& s : specs) names.push_back(synth::gguf_name(s));
+  const bool mtp0 = spec.draft_layout == "mtp0";
+  if (!spec.draft.empty())
+    for (TensorSpec& s : mtp_tensor_specs(c, !mtp0)) {
+      // The name in the layout asked for (mtp_gguf_names: antirez's mtp.0.<x>, blk.<n>.<x>,
+      // blk.<n>.nextn.<x>): llama.cpp's converter keeps the e/h norms, eh_proj, the head norm
+      // (nextn.shared_head_norm) and the MTP's hc_head under nextn.
+      const std::vector<std::string> alt = mtp_gguf_names(s.name, c.n_layers);
+      const std::string x = s.name.substr(4);
+      const bool nextn = x == "eh_proj" || x == "enorm" || x == "hnorm" || x == "norm" || x.rfind("hc_head", 0) == 0;
+      const std::string suffix = x == "exp_probs_b" ? ".bias" : ".weight";
+      names.push_back((mtp0 ? alt[0] : nextn ? alt[2] : alt[1]) + suffix);
+      specs.push_back(std::move(s));
+    }
   std::vector<FloatTensor> floats;
   std::vector<std::vector<int32_t>> tables;  // small: written with the layout
   uint64_t largest = 0;
-  for (const auto& s : specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
     if (s.role == TensorRole::TokenTable) continue;
-    floats.push_back({synth::gguf_name(s), synth::TensorGen(s, quant, spec.seed)});
+    floats.push_back({names[i], synth::TensorGen(s, quant, spec.seed)});
     largest = std::max(largest, floats.back().gen.nbytes());
   }
-  const ZeroPages zeros(largest);
+  const ZeroPages zeros(std::max<uint64_t>(largest, 1));
   tables.reserve(specs.size());
   size_t next_float = 0;
-  for (const auto& s : specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& s = specs[i];
     const std::vector<int64_t> ne(s.shape.rbegin(), s.shape.rend());
     if (s.role == TensorRole::TokenTable) {
       tables.push_back(synth::gen_token_table(s, c.n_experts, spec.seed));
-      w.add_tensor(synth::gguf_name(s), GgmlType::I32, ne, tables.back().data(), tables.back().size() * 4);
+      w.add_tensor(names[i], GgmlType::I32, ne, tables.back().data(), tables.back().size() * 4);
     } else {
       const synth::TensorGen& g = floats[next_float++].gen;
-      w.add_tensor(synth::gguf_name(s), g.storage().gguf, ne, zeros.data(), g.nbytes());
+      w.add_tensor(names[i], g.storage().gguf, ne, zeros.data(), g.nbytes());
     }
   }
   const std::string partial = path + ".partial";

@@ -115,4 +115,45 @@ std::vector<TensorSpec> model_tensor_specs(const ModelConfig& c, int begin, int 
   return out;
 }
 
+std::string mtp_block_name(const std::string& block_name, int n_layers) {
+  const std::string blk = "blk." + std::to_string(n_layers) + ".";
+  return block_name.rfind(blk, 0) == 0 ? "mtp." + block_name.substr(blk.size()) : block_name;
+}
+
+std::vector<TensorSpec> mtp_tensor_specs(const ModelConfig& c, bool fused_eh) {
+  const int64_t D = c.dim, H = c.hc_mult;
+  using R_ = TensorRole;
+  std::vector<TensorSpec> s;
+  if (fused_eh) {
+    s.push_back({"mtp.eh_proj", {D, 2 * D}, R_::Matrix, "", 0, ""});
+  } else {
+    s.push_back({"mtp.e_proj", {D, D}, R_::Matrix, "", 0, "mtp.0.e_proj.weight"});
+    s.push_back({"mtp.h_proj", {D, D}, R_::Matrix, "", 0, "mtp.0.h_proj.weight"});
+  }
+  s.push_back({"mtp.enorm", {D}, R_::Vector, "", 0, "mtp.0.enorm.weight"});
+  s.push_back({"mtp.hnorm", {D}, R_::Vector, "", 0, "mtp.0.hnorm.weight"});
+  s.push_back({"mtp.norm", {D}, R_::Vector, "", 0, "mtp.0.norm.weight"});
+  s.push_back({"mtp.hc_head_fn", {H, H * D}, R_::HcFn, "", 0, "mtp.0.hc_head_fn"});
+  s.push_back({"mtp.hc_head_base", {H}, R_::Vector, "", 0, "mtp.0.hc_head_base"});
+  s.push_back({"mtp.hc_head_scale", {1}, R_::Vector, "", 0, "mtp.0.hc_head_scale"});
+  const ModelConfig m = c.with_mtp_layer();
+  const std::string o = "layers." + std::to_string(c.n_layers) + ".";
+  for (TensorSpec t : layer_tensor_specs(m, c.n_layers)) {
+    t.name = mtp_block_name(t.name, c.n_layers);
+    t.hf.clear();
+    if (t.official.rfind(o, 0) == 0) t.official = "mtp.0." + t.official.substr(o.size());
+    s.push_back(std::move(t));
+  }
+  return s;
+}
+
+std::vector<std::string> mtp_gguf_names(const std::string& canonical, int n_layers) {
+  if (canonical.rfind("mtp.", 0) != 0) return {canonical};
+  const std::string x = canonical.substr(4), blk = "blk." + std::to_string(n_layers) + ".";
+  std::vector<std::string> out = {"mtp.0." + x, blk + x};
+  if (x == "norm") out.push_back(blk + "nextn.shared_head_norm");
+  else out.push_back(blk + "nextn." + x);
+  return out;
+}
+
 }  // namespace hs

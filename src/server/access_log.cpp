@@ -38,6 +38,10 @@ std::string format_access_line(const AccessRecord& r) {
     j["finish"] = finish_name(r.outcome->finish);
     j["ttft_ms"] = std::round(r.outcome->queue_s * 1e4) / 10;
     if (!r.outcome->warnings.empty()) j["warnings"] = r.outcome->warnings.size();
+    if (r.outcome->drafted_tokens > 0) {  // speculative decoding
+      j["drafted_tokens"] = r.outcome->drafted_tokens;
+      j["accepted_tokens"] = r.outcome->accepted_tokens;
+    }
   }
   if (r.disconnected) j["disconnected"] = true;
   if (!r.error.empty()) j["error"] = r.error;

@@ -58,6 +58,11 @@ std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokeni
     std::lock_guard<std::mutex> lk(g->mu_);
     g->outcome_.cached_tokens = cached;
   };
+  req.on_draft = [g](int drafted, int accepted) {
+    std::lock_guard<std::mutex> lk(g->mu_);
+    g->outcome_.drafted_tokens += drafted;
+    g->outcome_.accepted_tokens += accepted;
+  };
   if (g->spec_.forced) {
     req.forced_token = [ids = *g->spec_.forced, eos](int64_t step) -> int32_t {
       if (step < static_cast<int64_t>(ids.size())) return ids[static_cast<size_t>(step)];
@@ -221,6 +226,8 @@ void Generation::on_done(FinishReason reason, const std::string& error) {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& e : ev) events_.push_back(std::move(e));
     o.cached_tokens = outcome_.cached_tokens;  // (set when the request started)
+    o.drafted_tokens = outcome_.drafted_tokens;  // (counted as it went)
+    o.accepted_tokens = outcome_.accepted_tokens;
     outcome_ = o;
     done_ = true;
     notify = notify_;

@@ -81,6 +81,7 @@ struct GenOutcome {
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t reasoning_tokens = 0;  // of completion_tokens: generated inside the reasoning (chat)
   int64_t cached_tokens = 0;     // of prompt_tokens: restored from the prefix cache
+  int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding (--draft): drafted, of those accepted
   double queue_s = 0;   // submit to first token, the prefill included
   double total_s = 0;   // submit to the end
   double decode_s = 0;  // first token to last token

@@ -162,6 +162,10 @@ std::string Metrics::render(const EngineView& v) const {
          double(s.pages.token_capacity)},
         {"preemptions_total", "counter", "sequences whose pages were taken back because the pool was full (they "
          "recompute and go on)", double(s.preemptions)},
+        {"draft_tokens_total", "counter", "tokens drafted for speculative decoding (--draft)", double(s.drafted_tokens)},
+        {"draft_accepted_tokens_total", "counter", "drafted tokens the model accepted (each one a decode step saved)",
+         double(s.accepted_tokens)},
+        {"draft_verify_steps_total", "counter", "sequence-steps that verified drafts", double(s.verify_steps)},
         {"prompt_tokens_cached_total", "counter", "prompt tokens restored from the prefix cache, not computed",
          double(s.cached_prompt_tokens)},
         {"prefix_cache_lookups_total", "counter", "prefix-cache lookups (a request's start, a preempted one's resume)",

@@ -30,10 +30,15 @@ ApiError outcome_error(const GenOutcome& o) {
 }
 
 ojson openai_usage(const GenOutcome& o) {
-  return {{"prompt_tokens", o.prompt_tokens},
-          {"completion_tokens", o.completion_tokens},
-          {"total_tokens", o.prompt_tokens + o.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+  ojson u = {{"prompt_tokens", o.prompt_tokens},
+             {"completion_tokens", o.completion_tokens},
+             {"total_tokens", o.prompt_tokens + o.completion_tokens},
+             {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+  // Speculative decoding (--draft) in OpenAI's predicted-output fields: drafts the model kept / rejected.
+  if (o.drafted_tokens > 0)
+    u["completion_tokens_details"] = {{"accepted_prediction_tokens", o.accepted_tokens},
+                                      {"rejected_prediction_tokens", o.drafted_tokens - o.accepted_tokens}};
+  return u;
 }
 
 std::string openai_stream_end(const GenOutcome& o, const std::string& final_chunk, ojson base, bool include_usage) {

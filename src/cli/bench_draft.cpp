@@ -1,0 +1,104 @@
+#include "cli/bench_draft.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "engine/mtp.h"
+#include "util/error.h"
+
+namespace hs::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+nlohmann::ordered_json bench_draft(Engine& eng, int64_t depth, int64_t reps, bool synthetic) {
+  MtpDrafter* d = eng.drafter();
+  HS_CHECK(d, "bench --draft: the model has no MTP block (--draft auto found none)");
+  HS_CHECK(depth >= 1 && reps >= 1, "bench --draft: the depth and the repetitions must be positive");
+  const ModelConfig& c = eng.config();
+  const int64_t V = c.vocab_size, per = c.hc_mult * c.dim;
+  std::mt19937_64 rng(41);
+  std::vector<int32_t> t(static_cast<size_t>(depth + 8));
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(V));
+  std::fprintf(stderr, "  draft: verify steps at depth %lld...\n", static_cast<long long>(depth));
+  auto seq = eng.new_sequence();
+  std::vector<float> logits(static_cast<size_t>(8 * V)), hidden(static_cast<size_t>(8 * per));
+  for (int64_t p = 0; p < depth; p += 512)
+    eng.step(*seq, t.data() + p, std::min<int64_t>(512, depth - p), logits.data(), false);
+  // A step of n rows at `depth` (the way the scheduler runs it), then the rollback to depth.
+  auto timed = [&](int64_t n) {
+    std::vector<double> s;
+    for (int64_t r = 0; r < reps + 2; ++r) {  // two warm-ups
+      StepItem it{seq.get(), t.data() + depth, n, logits.data(), n > 1};
+      if (n > 1) it.hidden = hidden.data();
+      const auto t0 = Clock::now();
+      eng.step_batch({&it, 1});
+      if (r >= 2) s.push_back(since(t0));
+      eng.truncate(*seq, depth);
+    }
+    return median(s);
+  };
+  const double plain = timed(1);
+  // The drafter's pass for one drafted token (its block and the head), from a warm window.
+  const int64_t warm = std::min<int64_t>(depth, c.window);
+  std::vector<float> h(static_cast<size_t>(warm * per));
+  for (auto& x : h) x = std::normal_distribution<float>(0.0f, 1.0f)(rng);
+  DraftRows rows{seq->draft.get(), t.data(), h.data(), warm};
+  d->forward({&rows, 1}, nullptr, nullptr);
+  std::vector<double> ds;
+  for (int64_t r = 0; r < reps + 2; ++r) {
+    rows = {seq->draft.get(), t.data() + warm, h.data(), 1};
+    const auto t0 = Clock::now();
+    d->forward({&rows, 1}, logits.data(), hidden.data());
+    if (r >= 2) ds.push_back(since(t0));
+    d->truncate(*seq->draft, warm);
+  }
+  const double draft = median(ds);
+  std::printf("speculative decoding (MTP) at depth %lld: plain decode step %.3f ms, drafter pass %.3f ms per drafted "
+              "token\n", static_cast<long long>(depth), 1e3 * plain, 1e3 * draft);
+  std::printf("speedup = L x plain / (verify(k) + k x drafter), L = tokens a verify step yields (1 .. k + 1)\n");
+  std::printf("| k | verify ms | x plain | + drafts ms | L=1 | L=2 | L=3 | L=4 | L=5 | break-even L | break-even rate |\n");
+  std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  nlohmann::ordered_json out = {{"depth", depth}, {"plain_step_ms", 1e3 * plain}, {"drafter_pass_ms", 1e3 * draft},
+                                {"rows", nlohmann::ordered_json::array()}};
+  for (int k = 1; k <= 7; ++k) {
+    const double verify = timed(k + 1), cost = verify + k * draft;
+    std::printf("| %d | %.3f | %.2f | %.3f |", k, 1e3 * verify, verify / plain, 1e3 * k * draft);
+    for (int L = 1; L <= 5; ++L) {
+      if (L <= k + 1) std::printf(" %.2f |", L * plain / cost);
+      else std::printf(" - |");
+    }
+    // The acceptance rate a at which (1 - a^(k+1)) / (1 - a) tokens per step pay for the cost.
+    const double even = cost / plain;
+    double lo = 0, hi = 1;
+    for (int i = 0; i < 60; ++i) {
+      const double a = (lo + hi) / 2;
+      double len = 0, pw = 1;
+      for (int j = 0; j <= k; ++j, pw *= a) len += pw;
+      (len < even ? lo : hi) = a;
+    }
+    if (even <= k + 1) std::printf(" %.2f | %.2f |\n", even, lo);
+    else std::printf(" %.2f | never |\n", even);
+    out["rows"].push_back({{"k", k}, {"verify_ms", 1e3 * verify}, {"ratio", verify / plain},
+                           {"draft_ms", 1e3 * k * draft}, {"break_even_length", even}});
+  }
+  if (synthetic)
+    std::printf("(random weights: the drafter's tokens are almost never accepted, so a served synthetic model gains "
+                "nothing; the table is the cost side, a real checkpoint's acceptance decides its L)\n");
+  std::printf("\n");
+  return out;
+}
+
+}  // namespace hs::cli

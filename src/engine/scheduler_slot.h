@@ -1,0 +1,58 @@
+// The scheduler's per-request slot (scheduler.cpp, and the speculative decoding of
+// scheduler_draft.cpp). Private to the scheduler.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "engine/scheduler.h"
+#include "engine/speculative.h"
+
+namespace hs {
+
+struct Scheduler::Slot {
+  std::unique_ptr<Sequence> seq;  // allocated once; its pages go back before every reuse
+  bool busy = false;
+  uint64_t id = 0;
+  uint64_t admitted = 0;          // admission order (the newest is preempted first)
+  GenerationRequest req;
+  std::unique_ptr<Sampler> sampler;
+  // What is still to be prefilled: the prompt, or after a preemption the prompt and the tokens
+  // generated before the last one (which the next decode step feeds); feed_samples: whether the
+  // end of the feed samples a token (the prompt's does, a recompute's does not).
+  std::vector<int32_t> feed;
+  size_t feed_done = 0;
+  bool feed_samples = true;
+  bool waiting = false;           // preempted: waits for pages before it recomputes
+  std::vector<int32_t> out;       // the tokens generated so far
+  int32_t last = -1;
+  std::vector<float> logits;
+  StepSample device;  // this step's device sampling request (StepItem::sample)
+  bool device_drawn = false;      // device.spec.u holds this token's uniform already (a retried step keeps it)
+  std::vector<uint64_t> allowed;  // a constrained request's mask for the device sampler (device.spec.allowed)
+  // Speculative decoding (scheduler_draft.cpp): whether this request drafts, how many tokens
+  // this step, and the drafter rows still to feed: the model's final HC states of positions
+  // pend_pos.. and the token after each but the last (whose next token is `last`).
+  bool drafting = false;
+  std::unique_ptr<DraftLength> draft_len;
+  std::vector<int32_t> drafts;       // this step's drafted tokens
+  std::vector<float> draft_probs;    // [drafts, vocab]: the distributions they were drawn from
+  std::vector<int32_t> verify;       // [last, drafts...]: the verify step's tokens
+  std::vector<float> verify_logits;  // [1 + drafts, vocab]
+  std::vector<float> hidden;         // this step's rows' final HC states (StepItem::hidden)
+  std::vector<float> pend_hidden;
+  std::vector<int32_t> pend_tokens;
+  int64_t pend_pos = 0, pend_n = 0;
+  void clear_drafts() {
+    drafts.clear();
+    draft_probs.clear();
+    pend_hidden.clear();
+    pend_tokens.clear();
+    pend_pos = pend_n = 0;
+  }
+  int generated() const { return static_cast<int>(out.size()); }
+  // Whether its rows go to the drafter (a drafting request on an engine with a drafter; the
+  // test hook's drafts need none).
+  bool feeds_drafter(const Engine& e) const { return e.drafter() && drafting && !req.test_drafts; }
+};
+
+}  // namespace hs

@@ -1,0 +1,54 @@
+// Speculative sampling (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
+// Decoding"; Chen et al. 2023): k drafted tokens d_i ~ q_i are checked against the target's
+// distributions p_0..p_k of one verify step. d_i is accepted with probability min(1, p(d)/q(d));
+// at the first rejection the token is drawn from norm(max(p - q, 0)); when all k are accepted a
+// bonus token is drawn from p_k. The output has exactly the target's distribution. p and q are
+// the distributions the sampler draws from (sampling_probs: temperature, top-k, min-p, top-p),
+// so greedy decoding (one-hot p and q) accepts exactly the drafts equal to the target's argmax.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace hs {
+
+// The distribution pick_token(logits, vocab, p, u) draws from as u runs over [0, 1): greedy
+// (temperature <= 0 or top_k == 1) is one-hot at pick_token's argmax (ties to the lower id).
+void sampling_probs(const float* logits, int64_t vocab, const SamplingParams& p, std::vector<float>& probs);
+
+struct DraftVerdict {
+  int accepted = 0;    // drafts accepted, 0..k
+  int32_t next = -1;   // the token after them (the resampled one, or the bonus)
+};
+
+// target [k + 1, vocab] and draft [k, vocab] probabilities; uniform() gives numbers in [0, 1)
+// (drawn only where the outcome is random: never for one-hot p and q).
+DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target, const float* draft, int64_t vocab,
+                           const std::function<float()>& uniform);
+
+// Adaptive draft length from acceptance history (MTP): an estimate a of the chance that a draft
+// is accepted (exponential average over the drafts' outcomes) gives the longest k whose last
+// draft still has a chance a^k >= 1/4 of being used; below that nothing is drafted, except one
+// probe draft after 8 steps, then 16, 32, up to 64 while the probes fail (back to 8 when one is
+// accepted), so a prompt where drafts fail costs little (the drafter's catch-up rows and a
+// verify row every 64 steps) and one where they start to work is noticed.
+class DraftLength {
+ public:
+  explicit DraftLength(int max_k, double start = 0.6) : max_k_(max_k), rate_(start) {}
+  int next();                            // drafts to make this step (0..max_k)
+  void observe(int drafted, int accepted);
+  double acceptance() const { return rate_; }
+
+ private:
+  int max_k_;
+  double rate_;
+  int idle_ = 0;
+  int probe_every_ = kProbeMin;
+  bool probing_ = false;  // the last next() was a probe
+  static constexpr int kProbeMin = 8, kProbeMax = 64;
+};
+
+}  // namespace hs
