@@ -172,6 +172,24 @@ TEST(Speculative, DraftLengthAdapts) {
   }
   EXPECT_LE(steps_with_drafts, 800 / 64 + 1);  // one probe every 64 steps
   EXPECT_EQ(drafted, steps_with_drafts);       // of one draft each
+  // Backed off, the drafter is fed only on the few steps before each probe (the scheduler asks
+  // wants_rows() after next(), for the step about to run): every probe has such steps right
+  // before it, and most steps have none.
+  int fed = 0, probes = 0, fed_before_probe = 0;
+  bool last_fed = false;
+  for (int i = 0; i < 640; ++i) {
+    const int k = len.next();
+    if (k > 0) {
+      ++probes;
+      fed_before_probe += last_fed;
+      len.observe(k, 0);
+    }
+    last_fed = len.wants_rows();
+    fed += last_fed && k == 0;
+  }
+  EXPECT_GE(probes, 9);
+  EXPECT_EQ(fed_before_probe, probes);
+  EXPECT_LE(fed, probes * 4);
   // Drafts that are always accepted: a probe that works brings the full length back.
   for (int i = 0; i < 200; ++i) {
     const int k = len.next();

@@ -90,13 +90,18 @@ DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target,
   return v;
 }
 
-int DraftLength::next() {
+int DraftLength::by_rate() const {
   int k = 0;
   double chance = 1.0;
   while (k < max_k_ && chance * rate_ >= 0.25) {
     chance *= rate_;
     ++k;
   }
+  return k;
+}
+
+int DraftLength::next() {
+  const int k = by_rate();
   probing_ = false;
   if (k > 0) {
     idle_ = 0;

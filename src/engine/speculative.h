@@ -33,12 +33,16 @@ DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target,
 // is accepted (exponential average over the drafts' outcomes) gives the longest k whose last
 // draft still has a chance a^k >= 1/4 of being used; below that nothing is drafted, except one
 // probe draft after 8 steps, then 16, 32, up to 64 while the probes fail (back to 8 when one is
-// accepted), so a prompt where drafts fail costs little (the drafter's catch-up rows and a
-// verify row every 64 steps) and one where they start to work is noticed.
+// accepted), so a prompt where drafts fail costs little (a verify row every 64 steps, and the
+// drafter fed only the kLead steps before each probe: wants_rows) and one where they start to
+// work is noticed.
 class DraftLength {
  public:
   explicit DraftLength(int max_k, double start = 0.6) : max_k_(max_k), rate_(start) {}
   int next();                            // drafts to make this step (0..max_k)
+  // Whether this step's rows should reach the drafter: it drafts by its rate, or a probe is at
+  // most kLead steps away (the drafter then restarts there, with that much context).
+  bool wants_rows() const { return by_rate() > 0 || idle_ + kLead >= probe_every_; }
   void observe(int drafted, int accepted);
   double acceptance() const { return rate_; }
 
@@ -48,7 +52,8 @@ class DraftLength {
   int idle_ = 0;
   int probe_every_ = kProbeMin;
   bool probing_ = false;  // the last next() was a probe
-  static constexpr int kProbeMin = 8, kProbeMax = 64;
+  int by_rate() const;  // the longest k with a^k >= 1/4 (0: none)
+  static constexpr int kProbeMin = 8, kProbeMax = 64, kLead = 4;
 };
 
 }  // namespace hs
