@@ -65,8 +65,11 @@ struct ModelConfig {
   // Compressor width multiplier: 2 for the overlapping CSA windows, 1 otherwise.
   int compress_coff(int layer) const { return ratio(layer) == csa_ratio ? 2 : 1; }
 
-  // Throws hs::Error naming the field and value when the config is inconsistent.
+  // Throws hs::Error naming the field and value when the config is inconsistent: sizes out of
+  // range, token ids outside the vocabulary, non-finite scales, or tensor shapes whose
+  // products overflow (check_shapes).
   void validate() const;
+  void check_shapes() const;
   std::string summary() const;  // multi-line, for `inspect`
   std::string layer_schedule() const;
 };

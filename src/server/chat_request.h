@@ -2,6 +2,8 @@
 // (tokenizer/chat.h) -> token ids, plus the DSML parser settings for the answer. The Anthropic
 // API converts its request to this shape first; `hyperstream run --chat` uses it too.
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,10 +30,14 @@ struct ChatPromptIds {
   bool starts_in_reasoning = false;
 };
 
-// Renders and tokenizes; malformed messages are a 400 ApiError naming "messages". Special-token
-// text inside the request's own strings (contents, tool results, names, arguments, schemas) is
-// tokenized as plain text: only the chat template's structure produces control tokens.
-ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in);
+// Renders the prompt text; malformed messages are a 400 ApiError naming "messages".
+ChatPrompt render_chat_prompt(const ChatInput& in);
+// Renders and tokenizes. Special-token text inside the request's own strings (contents, tool
+// results, names, arguments, schemas) is tokenized as plain text: only the chat template's
+// structure produces control tokens. Tokenization stops past `max_ids` ids
+// (Tokenizer::encode_with_literals); the server goes through Service::chat_prompt, which
+// bounds it by the context.
+ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in, size_t max_ids = SIZE_MAX);
 
 // fn(tool, where) for each element of a request's `tools` (400 naming "tools" unless it is an
 // array of objects); `where` is "tools[i]".

@@ -13,6 +13,7 @@
 // is tokenized as if the run were a piece boundary.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -75,13 +76,25 @@ class Tokenizer {
   // Use this for untrusted spans to block control-token injection.
   std::vector<int32_t> encode_plain(std::string_view text) const;
   // Appends to `out` (what the chat encoder uses to build one prompt from many spans).
-  void encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens = true) const;
+  // Tokenization stops once `out` holds more than `max_ids` ids (see encode_with_literals).
+  void encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens = true,
+                     size_t max_ids = SIZE_MAX) const;
   // A rendered prompt whose `literal` spans (sorted, disjoint) are text copied from a request:
   // added tokens are matched only outside them, so "<｜User｜>" written by a client stays plain
   // text (no control-token injection). Pre-tokenization and BPE still run over each whole
   // stretch between matched tokens, across span boundaries, so the ids equal encode(text)
   // whenever the literal spans hold no added-token text. Throws hs::Error on a bad span.
-  std::vector<int32_t> encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const;
+  //
+  // `max_ids` bounds the work: encoding stops as soon as more than max_ids ids are made (after
+  // the pre-tokenizer piece that passes the bound; the rest of the text is never split or
+  // merged). A result longer than max_ids is a prefix of the full encoding, which is at least
+  // as long; a result of at most max_ids ids is the full encoding.
+  std::vector<int32_t> encode_with_literals(std::string_view text, std::span<const TextSpan> literal,
+                                            size_t max_ids = SIZE_MAX) const;
+  // The most bytes one token stands for (its decoded bytes; added tokens as their text). Every
+  // text of B bytes encodes to at least ceil(B / max_token_bytes()) ids: a cheap lower bound
+  // that refuses an over-long prompt before any tokenization.
+  size_t max_token_bytes() const { return max_token_bytes_; }
 
   // The exact bytes of the ids (added tokens as their literal text, ids of unused/unknown type
   // as nothing; nothing is skipped, so </think> and ｜DSML｜ reach the parser). Not valid
@@ -141,6 +154,7 @@ class Tokenizer {
   std::array<int32_t, 256> byte_ids_{};                   // the token of each single byte
   std::string bytes_blob_;                                // decoded bytes of every id ...
   std::vector<uint32_t> bytes_off_;                       // ... at [off[id], off[id + 1])
+  size_t max_token_bytes_ = 1;
   AddedTokenMatcher added_first_, added_second_;          // HF: non-normalized, then normalized
   std::unique_ptr<BpeCache> cache_;
 };

@@ -3,6 +3,9 @@
 // render each message and the transition after it. Quirks are kept on purpose, since the
 // model was trained on exactly this text (see docs/chat-format.md §2-§5).
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 
 #include "tokenizer/chat_messages.h"
 #include "tokenizer/chat_tokens.h"
@@ -48,30 +51,30 @@ std::vector<Msg> merge_tool_messages(std::vector<Msg> msgs) {
 
 // sort_tool_results_by_call_order(): results of a user turn follow the order of the calls of
 // the last assistant message with calls; unknown ids sort as position 0; text stays put.
+// Positions are looked up in a hash map, so a turn of n results costs O(n log n) (an agent
+// may send thousands of results in one turn).
 void sort_tool_results(std::vector<Msg>& msgs) {
-  std::vector<std::pair<std::string, size_t>> order;  // id -> position (later duplicates win)
+  std::unordered_map<std::string_view, size_t> order;  // id -> position (later duplicates win)
   auto position = [&order](const std::string& id) -> size_t {
-    size_t pos = 0;
-    for (const auto& [k, v] : order)
-      if (k == id) pos = v;
-    return pos;
+    auto it = order.find(id);
+    return it == order.end() ? 0 : it->second;
   };
   for (Msg& m : msgs) {
     if (m.role == "assistant" && !m.tool_calls.empty()) {
       order.clear();
       for (size_t i = 0; i < m.tool_calls.size(); ++i)
-        if (!m.tool_calls[i].id.empty()) order.emplace_back(m.tool_calls[i].id, i);
+        if (!m.tool_calls[i].id.empty()) order[m.tool_calls[i].id] = i;  // views into msgs, which outlive `order`'s use
     } else if (m.role == "user") {
-      std::vector<Block> results;
-      for (const Block& b : m.blocks)
-        if (b.is_tool_result) results.push_back(b);
-      if (results.size() <= 1 || order.empty()) continue;
-      std::stable_sort(results.begin(), results.end(), [&](const Block& a, const Block& b) {
-        return position(a.tool_use_id) < position(b.tool_use_id);
-      });
-      size_t next = 0;
-      for (Block& b : m.blocks)
-        if (b.is_tool_result) b = results[next++];
+      std::vector<size_t> slots;  // indices of the result blocks, in order
+      for (size_t k = 0; k < m.blocks.size(); ++k)
+        if (m.blocks[k].is_tool_result) slots.push_back(k);
+      if (slots.size() <= 1 || order.empty()) continue;
+      std::vector<std::pair<size_t, Block>> results;  // (call position, block)
+      results.reserve(slots.size());
+      for (size_t k : slots) results.emplace_back(position(m.blocks[k].tool_use_id), std::move(m.blocks[k]));
+      std::stable_sort(results.begin(), results.end(),
+                       [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (size_t i = 0; i < slots.size(); ++i) m.blocks[slots[i]] = std::move(results[i].second);
     }
   }
 }

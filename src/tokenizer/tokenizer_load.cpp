@@ -246,6 +246,7 @@ void Tokenizer::finalize(const std::vector<std::pair<std::string, std::string>>&
     }
     HS_CHECK(bytes_blob_.size() < UINT32_MAX, origin, ": vocabulary text over 4 GiB");
     bytes_off_[i + 1] = static_cast<uint32_t>(bytes_blob_.size());
+    max_token_bytes_ = std::max<size_t>(max_token_bytes_, bytes_off_[i + 1] - bytes_off_[i]);
   }
   const auto by_name = [&](const std::string& name, std::string_view dflt) {
     const std::string s = name.empty() ? std::string(dflt) : name;
