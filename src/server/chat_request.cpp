@@ -26,10 +26,10 @@ ChatPrompt render_chat_prompt(const ChatInput& in) {
   }
 }
 
-ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in, size_t max_ids) {
+ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
   const ChatPrompt p = render_chat_prompt(in);
   // Only the template's structure becomes control tokens; the client's text never does.
-  return {tok.encode_with_literals(p.text, p.literal, max_ids), p.starts_in_reasoning};
+  return {tok.encode_with_literals(p.text, p.literal), p.starts_in_reasoning};
 }
 
 std::string media_placeholder(const std::string& type, const std::string& where) {

@@ -2,8 +2,6 @@
 // (tokenizer/chat.h) -> token ids, plus the DSML parser settings for the answer. The Anthropic
 // API converts its request to this shape first; `hyperstream run --chat` uses it too.
 #pragma once
-#include <cstddef>
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,10 +32,9 @@ struct ChatPromptIds {
 ChatPrompt render_chat_prompt(const ChatInput& in);
 // Renders and tokenizes. Special-token text inside the request's own strings (contents, tool
 // results, names, arguments, schemas) is tokenized as plain text: only the chat template's
-// structure produces control tokens. Tokenization stops past `max_ids` ids
-// (Tokenizer::encode_with_literals); the server goes through Service::chat_prompt, which
-// bounds it by the context.
-ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in, size_t max_ids = SIZE_MAX);
+// structure produces control tokens. Unbounded: the server goes through Service::chat_prompt,
+// which bounds the work by the context.
+ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in);
 
 // fn(tool, where) for each element of a request's `tools` (400 naming "tools" unless it is an
 // array of objects); `where` is "tools[i]".

@@ -109,22 +109,22 @@ void Service::check_prompt_bytes(size_t bytes, ApiStyle api) const {
   throw context_error(api, at_least, -1, ctx_size());
 }
 
-void Service::check_prompt_ids(size_t ids, ApiStyle api) const {
-  if (ids > max_prompt_ids()) throw context_error(api, static_cast<int64_t>(ids), -1, ctx_size());
-}
-
 ChatPromptIds Service::chat_prompt(const ChatInput& in, ApiStyle api) const {
   const ChatPrompt p = render_chat_prompt(in);
   check_prompt_bytes(p.text.size(), api);
-  ChatPromptIds out{tok_.encode_with_literals(p.text, p.literal, max_prompt_ids()), p.starts_in_reasoning};
-  check_prompt_ids(out.ids.size(), api);
-  return out;
+  Tokenizer::BoundedIds r = tok_.encode_bounded(p.text, p.literal, max_prompt_ids());
+  if (!r.complete) throw context_error(api, static_cast<int64_t>(r.at_least), -1, ctx_size());
+  return {std::move(r.ids), p.starts_in_reasoning};
 }
 
 void Service::text_prompt(std::string_view text, bool match_added_tokens, ApiStyle api, std::vector<int32_t>& ids) const {
-  check_prompt_bytes(text.size(), api);
-  tok_.encode_append(text, ids, match_added_tokens, max_prompt_ids());
-  check_prompt_ids(ids.size(), api);
+  check_prompt_bytes(text.size() + ids.size() * tok_.max_token_bytes(), api);
+  const size_t room = max_prompt_ids() - std::min(max_prompt_ids(), ids.size());
+  const TextSpan all{0, text.size()};  // plain text: the whole prompt is one literal span
+  Tokenizer::BoundedIds r = tok_.encode_bounded(text, match_added_tokens ? std::span<const TextSpan>() : std::span<const TextSpan>(&all, 1), room);
+  if (!r.complete || ids.size() + r.ids.size() > max_prompt_ids())
+    throw context_error(api, static_cast<int64_t>(ids.size() + r.at_least), -1, ctx_size());
+  ids.insert(ids.end(), r.ids.begin(), r.ids.end());
 }
 
 int Service::default_max_tokens(size_t prompt_tokens, ApiStyle api) const {

@@ -93,9 +93,8 @@ class Service {
 
  private:
   std::shared_ptr<TokenConstraint> compile_format(const GenerationSpec& spec);
-  // The byte bound and the token bound of the prompt limits above.
+  // The byte bound of the prompt limits above.
   void check_prompt_bytes(size_t bytes, ApiStyle api) const;
-  void check_prompt_ids(size_t ids, ApiStyle api) const;
   size_t max_prompt_ids() const;  // ctx_size() - 1: one position is left for the answer
   Scheduler& scheduler_;
   const Tokenizer& tok_;

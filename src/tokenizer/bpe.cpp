@@ -42,8 +42,9 @@ struct Tokenizer::EncodeState {
     int32_t left, right, merged;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
-  size_t limit = SIZE_MAX;  // stop once the output holds more ids than this
-  bool over(const std::vector<int32_t>& out) const { return out.size() > limit; }
+  size_t limit = SIZE_MAX;  // encode_bounded's max_ids
+  size_t at_least = 0;      // set when a piece was refused by its bytes: a bound of the whole length
+  bool over(const std::vector<int32_t>& out) const { return at_least > limit || out.size() > limit; }
   PreTokenizer::Scratch scratch;
   std::vector<PreTokenizer::Piece> pieces;
   std::vector<Sym> syms;
@@ -69,11 +70,8 @@ std::vector<int32_t> Tokenizer::encode_plain(std::string_view text) const {
   return out;
 }
 
-void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens,
-                              size_t max_ids) const {
+void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens) const {
   EncodeState st;
-  st.limit = max_ids;
-  if (st.over(out)) return;
   if (!match_added_tokens) {
     encode_span(text, st, out);
     return;
@@ -83,8 +81,12 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, 
   encode_cut(text, cuts, st, out);
 }
 
-std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, std::span<const TextSpan> literal,
-                                                    size_t max_ids) const {
+std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const {
+  return encode_bounded(text, literal, SIZE_MAX).ids;
+}
+
+Tokenizer::BoundedIds Tokenizer::encode_bounded(std::string_view text, std::span<const TextSpan> literal,
+                                                size_t max_ids) const {
   std::vector<AddedTokenMatcher::Match> cuts;
   size_t pos = 0;  // added tokens are matched in the stretches between literal spans
   for (const TextSpan& s : literal) {
@@ -94,11 +96,13 @@ std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, std:
     pos = s.end;
   }
   match_added(text, pos, text.size(), cuts);
-  std::vector<int32_t> out;
+  BoundedIds r;
   EncodeState st;
   st.limit = max_ids;
-  encode_cut(text, cuts, st, out);
-  return out;
+  encode_cut(text, cuts, st, r.ids);
+  r.complete = !st.over(r.ids);
+  r.at_least = std::max(r.ids.size(), st.at_least);
+  return r;
 }
 
 void Tokenizer::match_added(std::string_view text, size_t begin, size_t end,
@@ -168,6 +172,13 @@ void Tokenizer::encode_pieces(std::string_view text, EncodeState& st, std::vecto
 }
 
 void Tokenizer::bpe(std::string_view piece, EncodeState& st, std::vector<int32_t>& out) const {
+  if (st.limit != SIZE_MAX) {  // a bounded encode: refuse a piece that cannot fit before merging it
+    const size_t least = out.size() + (piece.size() + max_token_bytes_ - 1) / max_token_bytes_;
+    if (least > st.limit) {
+      st.at_least = least;
+      return;
+    }
+  }
   if (piece.size() == 1) {
     out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
     return;

@@ -76,21 +76,25 @@ class Tokenizer {
   // Use this for untrusted spans to block control-token injection.
   std::vector<int32_t> encode_plain(std::string_view text) const;
   // Appends to `out` (what the chat encoder uses to build one prompt from many spans).
-  // Tokenization stops once `out` holds more than `max_ids` ids (see encode_with_literals).
-  void encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens = true,
-                     size_t max_ids = SIZE_MAX) const;
+  void encode_append(std::string_view text, std::vector<int32_t>& out, bool match_added_tokens = true) const;
   // A rendered prompt whose `literal` spans (sorted, disjoint) are text copied from a request:
   // added tokens are matched only outside them, so "<｜User｜>" written by a client stays plain
   // text (no control-token injection). Pre-tokenization and BPE still run over each whole
   // stretch between matched tokens, across span boundaries, so the ids equal encode(text)
   // whenever the literal spans hold no added-token text. Throws hs::Error on a bad span.
-  //
-  // `max_ids` bounds the work: encoding stops as soon as more than max_ids ids are made (after
-  // the pre-tokenizer piece that passes the bound; the rest of the text is never split or
-  // merged). A result longer than max_ids is a prefix of the full encoding, which is at least
-  // as long; a result of at most max_ids ids is the full encoding.
-  std::vector<int32_t> encode_with_literals(std::string_view text, std::span<const TextSpan> literal,
-                                            size_t max_ids = SIZE_MAX) const;
+  std::vector<int32_t> encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const;
+
+  // encode_with_literals bounded by `max_ids`: the work stops as soon as the encoding is known
+  // to have more than max_ids ids, i.e. once the ids made pass the bound, or before a
+  // pre-tokenizer piece whose bytes alone need more ids than are left (a piece of n bytes makes
+  // at least ceil(n / max_token_bytes()) ids), so the rest of the text is never split or merged.
+  // (A whole text as one literal span is encode_plain; no spans is encode.)
+  struct BoundedIds {
+    std::vector<int32_t> ids;  // the whole encoding when complete, else a prefix of it
+    bool complete = true;      // false: the whole encoding has more than max_ids ids
+    size_t at_least = 0;       // a lower bound of the whole encoding's length (> max_ids when not complete)
+  };
+  BoundedIds encode_bounded(std::string_view text, std::span<const TextSpan> literal, size_t max_ids) const;
   // The most bytes one token stands for (its decoded bytes; added tokens as their text). Every
   // text of B bytes encodes to at least ceil(B / max_token_bytes()) ids: a cheap lower bound
   // that refuses an over-long prompt before any tokenization.
