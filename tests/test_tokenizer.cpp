@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -236,6 +237,31 @@ TEST_F(TokenizerTest, GgufRoundTripGivesIdenticalEncodings) {
             std::tie(b.bos, b.eos, b.pad, b.user, b.assistant, b.think_begin, b.think_end, b.dsml));
   for (const auto& [text, ids] : vectors("v4_synth_vectors.jsonl")) EXPECT_EQ(g.encode(text), ids);
   for (const auto& text : corpus()) ASSERT_EQ(g.encode(text), v4().encode(text)) << json(text).dump();
+}
+
+// Special token ids in GGUF metadata are checked against the vocabulary before the cast to
+// int32 (a u32 of 2^32-1 used to clamp); the message names the file, the key and the value.
+TEST_F(TokenizerTest, GgufSpecialIdsOutsideTheVocabularyAreRefused) {
+  const std::string path = temp_path("bad_ids.gguf");
+  const std::string n = std::to_string(v4().vocab_size());
+  for (const auto& [key, value, shown] : std::vector<std::tuple<std::string, hs::gguf::Value, std::string>>{
+           {"tokenizer.ggml.eos_token_id", {hs::gguf::ValueType::UINT32, uint64_t{4294967295u}}, "4294967295"},
+           {"tokenizer.ggml.bos_token_id", {hs::gguf::ValueType::UINT32, static_cast<uint64_t>(v4().vocab_size())}, n},
+           {"tokenizer.ggml.padding_token_id", {hs::gguf::ValueType::INT32, int64_t{-7}}, "-7"}}) {
+    hs::gguf::Writer w;
+    v4().write_gguf_metadata(w);
+    w.set(key, value);
+    w.write(path);
+    try {
+      hs::Tokenizer::load(path);
+      ADD_FAILURE() << key << " = " << shown << " was accepted";
+    } catch (const hs::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": " + key + " = " + shown + ": not a token id (the vocabulary has " + n),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::remove(path.c_str());
 }
 
 TEST_F(TokenizerTest, ConcurrentEncodesAgree) {

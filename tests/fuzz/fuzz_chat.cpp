@@ -21,6 +21,12 @@ const Tokenizer& tokenizer() {
 
 }  // namespace
 
+// The vocabulary (or model) is loaded once before fuzzing, not inside the first input's time.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)tokenizer();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text = fuzz::as_text(data, size);
   const ojson req = ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

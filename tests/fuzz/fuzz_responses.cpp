@@ -8,6 +8,12 @@
 using namespace hs;
 using namespace hs::server;
 
+// The vocabulary (or model) is loaded once before fuzzing, not inside the first input's time.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)builtin();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ojson req = fuzz::request_object(data, size);
   if (req.is_null()) return 0;

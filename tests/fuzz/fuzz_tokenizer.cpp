@@ -28,6 +28,12 @@ bool is_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
 
 }  // namespace
 
+// The vocabulary (or model) is loaded once before fuzzing, not inside the first input's time.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)tokenizer();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const Tokenizer& tok = tokenizer();
