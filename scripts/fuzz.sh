@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Runs the libFuzzer targets of a -DHS_FUZZ=ON build (docs/fuzzing.md):
 #   scripts/fuzz.sh BUILD_DIR [SECONDS] [TARGET...]
-# For each target (default: every fuzz_* binary in BUILD_DIR/tests/fuzz): a regression run over
-# its seeds (BUILD_DIR/fuzz-corpus/NAME, from `--target fuzz_corpus`) and the crash inputs kept
-# in tests/fuzz/regressions/NAME, then SECONDS (default 20) of fuzzing that starts from both
-# and keeps what it finds in BUILD_DIR/fuzz-work/NAME. A crash, leak, UB report or timeout
-# stops with a non-zero status; the input is in BUILD_DIR/fuzz-artifacts. Prints the
-# executions per target.
+# For each target (default: every fuzz_* binary in BUILD_DIR/tests/fuzz): libFuzzer first runs
+# every input of its seeds (BUILD_DIR/fuzz-corpus/NAME, from `--target fuzz_corpus`), the crash
+# inputs kept in tests/fuzz/regressions/NAME and what earlier runs kept in
+# BUILD_DIR/fuzz-work/NAME (the regression run), then fuzzes for SECONDS (default 20), keeping
+# new inputs in BUILD_DIR/fuzz-work/NAME. A crash, leak, UB report or timeout stops with a
+# non-zero status; the input is in BUILD_DIR/fuzz-artifacts. Prints the executions per target.
 set -euo pipefail
 build=${1:?usage: scripts/fuzz.sh BUILD_DIR [SECONDS] [TARGET...]}
 seconds=${2:-20}
@@ -34,15 +34,13 @@ for t in "${targets[@]}"; do
   mkdir -p "$work" "$seeds"
   dirs=("$seeds")
   [ -d "$kept" ] && dirs+=("$kept")
-  common=(-rss_limit_mb=4096 -timeout=30 -artifact_prefix="$build/fuzz-artifacts/$name-" -print_final_stats=1)
-  echo "== $t: regression run over ${dirs[*]}"
-  "$bin" "${common[@]}" -runs=0 "${dirs[@]}" 2>"$build/fuzz-artifacts/$name.regression.log" ||
-    { tail -40 "$build/fuzz-artifacts/$name.regression.log"; exit 1; }
-  echo "== $t: fuzzing for ${seconds}s"
+  echo "== $t: the inputs of $work ${dirs[*]}, then fuzzing for ${seconds}s"
   log="$build/fuzz-artifacts/$name.log"
-  "$bin" "${common[@]}" -max_total_time="$seconds" "$work" "${dirs[@]}" 2>"$log" || { tail -60 "$log"; exit 1; }
+  "$bin" -rss_limit_mb=4096 -timeout=30 -artifact_prefix="$build/fuzz-artifacts/$name-" -print_final_stats=1 \
+    -max_total_time="$seconds" "$work" "${dirs[@]}" 2>"$log" || { tail -60 "$log"; exit 1; }
+  replayed=$(sed -n 's/^#\([0-9]*\)[[:space:]]*INITED.*/\1/p' "$log" | head -1)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
-  summary+=("$t: ${execs:-?} executions in ${seconds}s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) kept")
+  summary+=("$t: ${replayed:-?} inputs replayed, ${execs:-?} executions in ${seconds}s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) kept")
 done
 printf '%s\n' "${summary[@]}"

@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     for (const auto& t : f.tensors()) {
       if (t.nbytes != gguf::tensor_nbytes(t.type, t.ne)) fuzz::broken("tensor " + t.name + ": nbytes disagrees with its shape");
-      if (t.offset + t.nbytes > size) fuzz::broken("tensor " + t.name + " runs past the file");
+      if (f.data_offset() + t.offset + t.nbytes > size) fuzz::broken("tensor " + t.name + " runs past the file");
       (void)t.n_elements();
     }
     quietly([&] {
