@@ -51,30 +51,33 @@ std::vector<Msg> merge_tool_messages(std::vector<Msg> msgs) {
 
 // sort_tool_results_by_call_order(): results of a user turn follow the order of the calls of
 // the last assistant message with calls; unknown ids sort as position 0; text stays put.
-// Positions are looked up in a hash map, so a turn of n results costs O(n log n) (an agent
-// may send thousands of results in one turn).
+// Positions come from a hash map and the results are placed by a stable counting sort, so a
+// turn costs O(results + calls) (an agent may send thousands of results in one turn).
 void sort_tool_results(std::vector<Msg>& msgs) {
   std::unordered_map<std::string_view, size_t> order;  // id -> position (later duplicates win)
-  auto position = [&order](const std::string& id) -> size_t {
-    auto it = order.find(id);
-    return it == order.end() ? 0 : it->second;
-  };
+  size_t n_calls = 0;
   for (Msg& m : msgs) {
     if (m.role == "assistant" && !m.tool_calls.empty()) {
       order.clear();
-      for (size_t i = 0; i < m.tool_calls.size(); ++i)
-        if (!m.tool_calls[i].id.empty()) order[m.tool_calls[i].id] = i;  // views into msgs, which outlive `order`'s use
+      n_calls = m.tool_calls.size();
+      // The views point into this message, which outlives its use here (msgs is not resized).
+      for (size_t i = 0; i < n_calls; ++i)
+        if (!m.tool_calls[i].id.empty()) order[m.tool_calls[i].id] = i;
     } else if (m.role == "user") {
-      std::vector<size_t> slots;  // indices of the result blocks, in order
-      for (size_t k = 0; k < m.blocks.size(); ++k)
-        if (m.blocks[k].is_tool_result) slots.push_back(k);
+      std::vector<size_t> slots, pos;  // the result blocks' indices and their call positions
+      for (size_t k = 0; k < m.blocks.size(); ++k) {
+        if (!m.blocks[k].is_tool_result) continue;
+        slots.push_back(k);
+        auto it = order.find(m.blocks[k].tool_use_id);
+        pos.push_back(it == order.end() ? 0 : it->second);
+      }
       if (slots.size() <= 1 || order.empty()) continue;
-      std::vector<std::pair<size_t, Block>> results;  // (call position, block)
-      results.reserve(slots.size());
-      for (size_t k : slots) results.emplace_back(position(m.blocks[k].tool_use_id), std::move(m.blocks[k]));
-      std::stable_sort(results.begin(), results.end(),
-                       [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (size_t i = 0; i < slots.size(); ++i) m.blocks[slots[i]] = std::move(results[i].second);
+      std::vector<size_t> start(n_calls + 1, 0);  // counting sort: stable, by position
+      for (size_t p : pos) ++start[p + 1];
+      for (size_t i = 1; i <= n_calls; ++i) start[i] += start[i - 1];
+      std::vector<Block> sorted(slots.size());
+      for (size_t i = 0; i < slots.size(); ++i) sorted[start[pos[i]]++] = std::move(m.blocks[slots[i]]);
+      for (size_t i = 0; i < slots.size(); ++i) m.blocks[slots[i]] = std::move(sorted[i]);
     }
   }
 }
