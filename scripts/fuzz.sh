@@ -41,6 +41,6 @@ for t in "${targets[@]}"; do
   replayed=$(sed -n 's/^#\([0-9]*\)[[:space:]]*INITED.*/\1/p' "$log" | head -1)
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 || true)
-  summary+=("$t: ${replayed:-?} inputs replayed, ${execs:-?} executions in ${seconds}s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) kept")
+  summary+=("$t: ${replayed:-?} runs over the kept inputs, ${execs:-?} executions in ${seconds}s, ${cov:-cov: ?}, corpus $(ls "$work" | wc -l) kept")
 done
 printf '%s\n' "${summary[@]}"
