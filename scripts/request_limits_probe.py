@@ -4,10 +4,10 @@
 # and of 16K Anthropic tool results in reverse call order. Loopback only:
 #   MB=50 unshare -rn python3 scripts/request_limits_probe.py build/src/hyperstream [CTX|default]
 import json, os, subprocess, sys, time, urllib.request, socket
-bin_, ctx = sys.argv[1], sys.argv[2]
+bin_, ctx = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else "default")
 subprocess.run(["ip", "link", "set", "lo", "up"])
 args = [bin_, "serve", "--port", "8123"] + (["--ctx-size", ctx] if ctx != "default" else [])
-srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+srv = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 for _ in range(600):
     try:
         urllib.request.urlopen("http://127.0.0.1:8123/health", timeout=1); break
