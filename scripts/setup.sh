@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything hyperstream's build and tests need on Debian 12 (idempotent; quiet
 # when everything is already there). Run as root or with sudo available.
+#   scripts/setup.sh          the build and the test suite
+#   scripts/setup.sh --fuzz   also clang and libFuzzer (compiler-rt) for tests/fuzz (docs/fuzzing.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +13,10 @@ APT_PACKAGES=(
   libboost-dev zlib1g-dev  # the HTTP server (Boost.Asio/Beast, header-only) and its gzip/deflate request bodies
   iproute2 util-linux  # ip and unshare: the agent-CLI tests run in a loopback-only network namespace
 )
+
+if [ "${1:-}" = "--fuzz" ]; then
+  APT_PACKAGES+=(clang libclang-rt-14-dev)  # Debian 12: clang 14; libFuzzer is in compiler-rt
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -2,7 +2,10 @@
 // HF-transformers keys of the fixtures; the tensor inventory against ds4-model-spec.md §1.3.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <vector>
 
 #include "model/config.h"
 #include "model/tensors.h"
@@ -99,6 +102,83 @@ TEST(Config, InconsistentValuesAreRejectedWithTheField) {
   bad("\"sliding_attention\",\n    \"sliding_attention\"", "\"sliding_attention\",\n    \"dense\"",
       "unknown layer type 'dense'");
   bad("\"model_type\": \"deepseek_v4\"", "\"model_type\": \"llama\"", "expected 'deepseek_v4'");
+}
+
+// Every number is range-checked in its JSON form before a cast: the message names the file, the
+// key and the value as written. `set` replaces one key of the tiny fixture's config (a JSON
+// path: "a/b" is a["b"] ...), given as JSON text so that huge or fractional values stay exact.
+TEST(Config, NumbersAreRangeCheckedBeforeAnyCast) {
+  const nlohmann::json base = nlohmann::json::parse(read_file(kData + "/tiny/config.json"));
+  ASSERT_NO_THROW(config_from_hf_json(base.dump(), "cfg.json"));
+  using Sets = std::vector<std::pair<std::string, std::string>>;
+  auto refused_with = [&](const Sets& sets, std::vector<std::string> parts) {
+    nlohmann::json j = base;
+    for (const auto& [path, value_json] : sets) {
+      nlohmann::json* at = &j;
+      for (size_t b = 0, e; b <= path.size(); b = e + 1) {
+        e = std::min(path.find('/', b), path.size());
+        at = &(*at)[path.substr(b, e - b)];
+      }
+      *at = nlohmann::json::parse(value_json);
+    }
+    try {
+      config_from_hf_json(j.dump(), "cfg.json");
+      ADD_FAILURE() << sets.front().first << " = " << sets.front().second << " was accepted";
+    } catch (const Error& e) {
+      parts.push_back("cfg.json");
+      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << " lacks " << p;
+    }
+  };
+  auto refused = [&](const std::string& path, const std::string& value_json, std::vector<std::string> parts) {
+    refused_with({{path, value_json}}, std::move(parts));
+  };
+  // The example: 2^32 + 5 passed validation as 5 after a cast to int.
+  refused("eos_token_id", "4294967301", {"'eos_token_id' = 4294967301", "out of range"});
+  refused("eos_token_id", "320", {"eos_token_id = 320", "token id in [0, vocab_size)"});  // vocab_size is 320
+  refused("bos_token_id", "-1", {"bos_token_id = -1", "token id"});
+  refused("hidden_size", "1e30", {"'hidden_size' = 1e+30", "out of range"});
+  refused("hidden_size", "9223372036854775808", {"'hidden_size' = 9223372036854775808", "out of range"});
+  refused("num_hidden_layers", "6.5", {"'num_hidden_layers' = 6.5", "expected an integer"});
+  refused("num_attention_heads", "2147483648", {"'num_attention_heads' = 2147483648", "out of range"});
+  refused("head_dim", "-32", {"head_dim = -32", "must be positive"});
+  refused("routed_scaling_factor", "1e300", {"'routed_scaling_factor' = 1e+300", "32-bit float"});
+  refused("rms_norm_eps", "0", {"rms_norm_eps = 0", "finite and positive"});
+  refused("compress_rates/heavily_compressed_attention", "4294967304",
+          {"'compress_rates.heavily_compressed_attention' = 4294967304", "out of range"});
+  refused("rope_parameters/compress/factor", "1e39", {"'rope_parameters.compress.factor' = 1e+39", "32-bit float"});
+  refused("rope_parameters/compress/original_max_position_embeddings", "1.5",
+          {"'rope_parameters.compress.original_max_position_embeddings' = 1.5", "expected an integer"});
+  // A float -> int cast: rope_dim = head_dim * partial_rotary_factor is only computed in range.
+  {
+    nlohmann::json j = base;
+    j.erase("qk_rope_head_dim");
+    j["partial_rotary_factor"] = 1e300;
+    j["rope_parameters"]["main"]["partial_rotary_factor"] = 1e300;
+    try {
+      config_from_hf_json(j.dump(), "cfg.json");
+      ADD_FAILURE() << "partial_rotary_factor 1e300 was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'partial_rotary_factor' = 1e+300: must be in (0, 1]"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Legacy compress_ratios entries are range-checked one by one.
+  {
+    nlohmann::json j = base;
+    j.erase("layer_types");
+    j["compress_ratios"] = {0, 0, 4, 8, 4, 1099511627776};
+    try {
+      config_from_hf_json(j.dump(), "cfg.json");
+      ADD_FAILURE() << "a ratio of 2^40 was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'compress_ratios[5]' = 1099511627776"), std::string::npos) << e.what();
+    }
+  }
+  // Sizes each in range whose tensor shapes overflow: n_experts x moe_inter x dim > 2^63.
+  refused_with({{"n_routed_experts", "2000000000"}, {"moe_intermediate_size", "1000000000"}},
+               {"n_routed_experts * moe_intermediate_size * hidden_size", "too large", "2^63-1"});
+  refused("moe_intermediate_size", "2000000000", {"2 * moe_intermediate_size", "too large"});
+  refused("num_attention_heads", "1073741824", {"num_attention_heads * head_dim", "too large"});
 }
 
 // Shapes and official names of ds4-model-spec.md §1.3 for V4-Flash (layer 2 = CSA + hash,

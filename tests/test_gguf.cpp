@@ -6,10 +6,13 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <random>
 
 #include "format/gguf.h"
+#include "model/config.h"
+#include "model/synthetic.h"
 #include "util/error.h"
 #include "util/mmap.h"
 
@@ -558,4 +561,51 @@ TEST(GgufGetters, ValueTypeNames) {
   EXPECT_STREQ(value_type_name(ValueType::FLOAT64), "f64");
   EXPECT_STREQ(value_type_name(ValueType::ARRAY), "array");
   EXPECT_STREQ(value_type_name(static_cast<ValueType>(99)), "unknown");
+}
+
+// The DeepSeek-V4 config from GGUF metadata: every integer key is range-checked before the cast
+// to the config's int fields, token ids against the vocabulary, and the message names the
+// file, the key and the value. The built-in model's metadata is the base, one key replaced.
+TEST(GgufConfig, NumbersAreRangeCheckedBeforeAnyCast) {
+  const std::string path = temp_path("config_numbers.gguf");
+  auto write_with = [&](const std::function<void(Writer&)>& change) {
+    Writer w;
+    write_synthetic_metadata(builtin_spec(), w);
+    change(w);
+    w.write(path);
+  };
+  write_with([](Writer&) {});
+  const ModelConfig base = config_from_gguf(File(path));
+  auto refused = [&](const std::function<void(Writer&)>& change, const std::vector<std::string>& parts) {
+    write_with(change);
+    try {
+      config_from_gguf(File(path));
+      ADD_FAILURE() << "accepted; expected " << parts.front();
+    } catch (const Error& e) {
+      expect_contains(e.what(), parts);
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+  };
+  refused([](Writer& w) { w.set_u32("tokenizer.ggml.eos_token_id", 4294967295u); },
+          {"tokenizer.ggml.eos_token_id = 4294967295", "not a token id"});
+  refused([&](Writer& w) { w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(base.vocab_size)); },
+          {"tokenizer.ggml.bos_token_id = " + std::to_string(base.vocab_size), "not a token id"});
+  refused([](Writer& w) { w.set_u32("deepseek4.embedding_length", 3000000000u); },
+          {"deepseek4.embedding_length = 3000000000", "out of range"});
+  refused([](Writer& w) { w.set_u32("deepseek4.attention.head_count", 2147483648u); },
+          {"deepseek4.attention.head_count = 2147483648", "out of range"});
+  refused([](Writer& w) { w.set_u64("deepseek4.context_length", ~uint64_t{0}); },
+          {"deepseek4.context_length = 18446744073709551615", "out of range"});
+  refused([&](Writer& w) {
+    std::vector<int32_t> r(base.compress_ratios.begin(), base.compress_ratios.end());
+    r.back() = -4;
+    w.set_i32_array("deepseek4.attention.compress_ratios", r);
+  }, {"deepseek4.attention.compress_ratios: entry " + std::to_string(base.n_layers - 1) + " = -4", "out of range"});
+  refused([](Writer& w) { w.set_f32("deepseek4.rope.freq_base", std::numeric_limits<float>::quiet_NaN()); },
+          {"rope_theta = nan", "finite"});
+  // Each size in range, their product not: experts x width x hidden overflows 2^63.
+  refused([](Writer& w) {
+    w.set_u32("deepseek4.expert_count", 2000000000u);
+    w.set_u32("deepseek4.expert_feed_forward_length", 1000000000u);
+  }, {"n_routed_experts * moe_intermediate_size * hidden_size", "too large"});
 }

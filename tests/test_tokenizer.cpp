@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include <unistd.h>
 
@@ -237,6 +239,31 @@ TEST_F(TokenizerTest, GgufRoundTripGivesIdenticalEncodings) {
   for (const auto& text : corpus()) ASSERT_EQ(g.encode(text), v4().encode(text)) << json(text).dump();
 }
 
+// Special token ids in GGUF metadata are checked against the vocabulary before the cast to
+// int32 (a u32 of 2^32-1 used to clamp); the message names the file, the key and the value.
+TEST_F(TokenizerTest, GgufSpecialIdsOutsideTheVocabularyAreRefused) {
+  const std::string path = temp_path("bad_ids.gguf");
+  const std::string n = std::to_string(v4().vocab_size());
+  for (const auto& [key, value, shown] : std::vector<std::tuple<std::string, hs::gguf::Value, std::string>>{
+           {"tokenizer.ggml.eos_token_id", {hs::gguf::ValueType::UINT32, uint64_t{4294967295u}}, "4294967295"},
+           {"tokenizer.ggml.bos_token_id", {hs::gguf::ValueType::UINT32, static_cast<uint64_t>(v4().vocab_size())}, n},
+           {"tokenizer.ggml.padding_token_id", {hs::gguf::ValueType::INT32, int64_t{-7}}, "-7"}}) {
+    hs::gguf::Writer w;
+    v4().write_gguf_metadata(w);
+    w.set(key, value);
+    w.write(path);
+    try {
+      hs::Tokenizer::load(path);
+      ADD_FAILURE() << key << " = " << shown << " was accepted";
+    } catch (const hs::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": " + key + " = " + shown + ": not a token id (the vocabulary has " + n),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  std::remove(path.c_str());
+}
+
 TEST_F(TokenizerTest, ConcurrentEncodesAgree) {
   const auto texts = corpus();
   std::vector<std::vector<int32_t>> want;
@@ -304,6 +331,100 @@ TEST_F(TokenizerTest, TokenTextInLiteralSpansStaysPlain) {
   // Spans out of order or outside the text are an error.
   EXPECT_THROW(v4().encode_with_literals("abc", std::vector<hs::TextSpan>{{0, 9}}), hs::Error);
   EXPECT_THROW(v4().encode_with_literals("abcdef", std::vector<hs::TextSpan>{{3, 4}, {1, 2}}), hs::Error);
+}
+
+// Bounded encoding (what bounds a prompt by the context): within the bound, the whole encoding;
+// past it, a prefix of it and a lower bound of its length that is above the bound and true.
+// Checked at every small bound and many larger ones on the official chat prompts (special
+// tokens, literal spans) and the tokenizer corpus (runs of thousands of tabs included).
+TEST_F(TokenizerTest, BoundedEncodingIsAPrefixWithATrueLowerBound) {
+  std::vector<std::pair<std::string, std::vector<hs::TextSpan>>> cases;
+  for (int n = 1; n <= 4; ++n) {
+    const hs::ojson input = hs::ojson::parse(hs::read_file(std::string(HS_TEST_DATA) + "/chat/test_input_" + std::to_string(n) + ".json"));
+    hs::ChatOptions o;
+    o.thinking_mode = n == 4 ? hs::ThinkingMode::chat : hs::ThinkingMode::thinking;
+    hs::ChatPrompt p = hs::encode_request(input, o);
+    cases.emplace_back(std::move(p.text), std::move(p.literal));
+  }
+  std::string joined;
+  for (const auto& s : corpus()) joined += s + "\n";
+  cases.emplace_back(joined, std::vector<hs::TextSpan>{});
+  for (const auto& [text, lit] : cases) {
+    const std::vector<int32_t> full = v4().encode_with_literals(text, lit);
+    ASSERT_GT(full.size(), 40u);
+    const size_t step = std::max<size_t>(1, full.size() / 60);
+    for (size_t limit = 0; limit <= full.size() + 1; limit += limit < 64 ? 1 : step) {
+      const hs::Tokenizer::BoundedIds r = v4().encode_bounded(text, lit, limit);
+      if (full.size() <= limit) {
+        EXPECT_TRUE(r.complete) << limit;
+        EXPECT_EQ(r.ids, full) << limit;
+        EXPECT_EQ(r.at_least, full.size()) << limit;
+        continue;
+      }
+      ASSERT_FALSE(r.complete) << limit;
+      EXPECT_GT(r.at_least, limit);
+      EXPECT_LE(r.at_least, full.size()) << "the lower bound is false at " << limit;
+      ASSERT_LE(r.ids.size(), full.size());
+      EXPECT_TRUE(std::equal(r.ids.begin(), r.ids.end(), full.begin())) << "not a prefix at " << limit;
+    }
+  }
+}
+
+// A 64 MiB text bounded at 1,000 ids stops after about that many; a 1 MB single piece (one run
+// of letters, which BPE would merge as a whole) is refused by its bytes before any merging.
+TEST_F(TokenizerTest, BoundedEncodingStopsEarly) {
+  std::string para;
+  for (const auto& s : corpus()) para += s + " ";
+  std::string huge;
+  while (huge.size() < (size_t{64} << 20)) huge += para;
+  const hs::Tokenizer::BoundedIds r = v4().encode_bounded(huge, {}, 1000);
+  EXPECT_FALSE(r.complete);
+  ASSERT_GT(r.at_least, 1000u);
+  EXPECT_LT(r.ids.size(), 1100u);
+  const std::vector<int32_t> head = v4().encode(std::string_view(huge).substr(0, 1 << 20));
+  ASSERT_LE(r.ids.size(), head.size());
+  EXPECT_TRUE(std::equal(r.ids.begin(), r.ids.end(), head.begin()));
+
+  const std::string run(1 << 20, 'a');
+  const size_t whole = v4().encode(run).size();
+  const hs::Tokenizer::BoundedIds one = v4().encode_bounded(run, {}, 1000);
+  EXPECT_FALSE(one.complete);
+  EXPECT_TRUE(one.ids.empty());  // nothing merged
+  EXPECT_EQ(one.at_least, ((size_t{1} << 20) + v4().max_token_bytes() - 1) / v4().max_token_bytes());
+  EXPECT_GT(one.at_least, 1000u);
+  EXPECT_LE(one.at_least, whole);
+  // A whole text as one literal span is the plain encoding.
+  const hs::TextSpan all{0, para.size()};
+  EXPECT_EQ(v4().encode_bounded(para, {&all, 1}, SIZE_MAX).ids, v4().encode_plain(para));
+}
+
+// The pre-tokenizer's piece limit: exactly the first pieces of the full split.
+TEST_F(TokenizerTest, PreTokenizerStopsAtMaxPieces) {
+  const hs::PreTokenizer pre(hs::deepseek_pretokenizer_patterns());
+  hs::PreTokenizer::Scratch scratch;
+  std::string text;
+  for (const auto& s : corpus()) text += s + "\n";
+  std::vector<hs::PreTokenizer::Piece> all, some;
+  pre.split(text, scratch, all);
+  ASSERT_GT(all.size(), 1000u);
+  for (size_t k : {size_t{0}, size_t{1}, size_t{2}, size_t{17}, size_t{999}, all.size(), all.size() + 5}) {
+    some.clear();
+    pre.split(text, scratch, some, k);
+    ASSERT_EQ(some.size(), std::min(k, all.size())) << k;
+    EXPECT_TRUE(std::equal(some.begin(), some.end(), all.begin())) << k;
+  }
+}
+
+// The byte bound behind the server's cheap prompt check: no token stands for more than
+// max_token_bytes() bytes (and one does), so B bytes of text are at least B / max ids.
+TEST_F(TokenizerTest, MaxTokenBytesBoundsEveryToken) {
+  size_t longest = 0;
+  for (int32_t id = 0; id < v4().vocab_size(); ++id) longest = std::max(longest, v4().token_bytes(id).size());
+  EXPECT_EQ(v4().max_token_bytes(), longest);
+  EXPECT_GT(longest, 1u);
+  for (const auto& s : corpus()) EXPECT_GE(v4().encode(s).size() * v4().max_token_bytes(), s.size());
+  const std::string spaces(100000, ' ');
+  EXPECT_GE(v4().encode(spaces).size() * v4().max_token_bytes(), spaces.size());
 }
 
 TEST(TokenizerErrors, BadInputThrowsHsError) {

@@ -55,21 +55,31 @@ ArrayF32 read_f32(const std::string& path) {
   auto b = h.find("'shape': (");
   HS_CHECK(b != std::string::npos, path, ": no shape in header");
   auto e = h.find(')', b);
+  HS_CHECK(e != std::string::npos, path, ": header key 'shape': no closing ')'");
   ArrayF32 a;
-  std::string s = h.substr(b + 10, e - b - 10);
-  int64_t n = 1;
+  const std::string s = h.substr(b + 10, e - b - 10);
+  // Each dimension and their product are checked before any conversion or multiplication:
+  // the product must also fit the file as 4-byte floats.
+  const uint64_t avail = (m.size() - 10 - hl) / 4;
+  uint64_t n = 1;
   size_t i = 0;
   while (i < s.size()) {
     while (i < s.size() && (s[i] == ' ' || s[i] == ',')) ++i;
     if (i >= s.size()) break;
     size_t j = i;
-    while (j < s.size() && s[j] >= '0' && s[j] <= '9') ++j;
-    HS_CHECK(j > i, path, ": bad shape '", s, "'");
-    a.shape.push_back(std::stoll(s.substr(i, j - i)));
-    n *= a.shape.back();
+    uint64_t d = 0;
+    while (j < s.size() && s[j] >= '0' && s[j] <= '9') {
+      HS_CHECK(d <= (uint64_t{INT64_MAX} - 9) / 10, path, ": header key 'shape' = (", s, "): dimension ", a.shape.size(),
+               " does not fit in 63 bits");
+      d = d * 10 + static_cast<uint64_t>(s[j] - '0');
+      ++j;
+    }
+    HS_CHECK(j > i, path, ": header key 'shape' = (", s, "): not a tuple of non-negative integers");
+    HS_CHECK(!__builtin_mul_overflow(n, d, &n) && n <= avail, path, ": header key 'shape' = (", s, "): ",
+             "truncated data (the shape needs more than the ", avail, " floats the file holds)");
+    a.shape.push_back(static_cast<int64_t>(d));
     i = j;
   }
-  HS_CHECK(10 + hl + static_cast<size_t>(n) * 4 <= m.size(), path, ": truncated data");
   a.data.resize(static_cast<size_t>(n));
   if (n) std::memcpy(a.data.data(), p + 10 + hl, static_cast<size_t>(n) * 4);
   return a;

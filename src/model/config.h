@@ -70,8 +70,11 @@ struct ModelConfig {
   // drafter runs it through the same Shard code (engine/mtp.h).
   ModelConfig with_mtp_layer() const;
 
-  // Throws hs::Error naming the field and value when the config is inconsistent.
+  // Throws hs::Error naming the field and value when the config is inconsistent: sizes out of
+  // range, token ids outside the vocabulary, non-finite scales, or tensor shapes whose
+  // products overflow (check_shapes).
   void validate() const;
+  void check_shapes() const;
   std::string summary() const;  // multi-line, for `inspect`
   std::string layer_schedule() const;
 };

@@ -1,5 +1,7 @@
 // ModelConfig from GGUF `deepseek4.*` metadata (../shared/docs/gguf-ds4.md §1).
 #include <algorithm>
+#include <cstdint>
+#include <utility>
 
 #include "format/gguf.h"
 #include "model/config.h"
@@ -11,8 +13,18 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   const std::string arch = f.has("general.architecture") ? f.get_string("general.architecture") : "";
   HS_CHECK(arch == "deepseek4", f.path(), ": general.architecture is '", arch, "', expected 'deepseek4'");
   const std::string p = "deepseek4.";
-  auto u32 = [&](const char* k) { return static_cast<int>(f.get_u32(p + k)); };
-  auto u32_or = [&](const char* k, int d) { return f.has(p + k) ? static_cast<int>(f.get_u32(p + k)) : d; };
+  // Every integer key is range-checked before the cast to the config's int fields.
+  auto as_int = [&](const std::string& key, uint64_t v) {
+    HS_CHECK(v <= static_cast<uint64_t>(INT32_MAX), f.path(), ": key ", key, " = ", v, ": out of range (at most ",
+             INT32_MAX, ")");
+    return static_cast<int>(v);
+  };
+  auto as_i64 = [&](const std::string& key, uint64_t v) {
+    HS_CHECK(v <= static_cast<uint64_t>(INT64_MAX), f.path(), ": key ", key, " = ", v, ": out of range (at most 2^63-1)");
+    return static_cast<int64_t>(v);
+  };
+  auto u32 = [&](const char* k) { return as_int(p + k, f.get_u32(p + k)); };
+  auto u32_or = [&](const char* k, int d) { return f.has(p + k) ? u32(k) : d; };
   auto f32 = [&](const char* k) { return f.get_f32(p + k); };
   auto f32_or = [&](const char* k, float d) { return f.has(p + k) ? f.get_f32(p + k) : d; };
 
@@ -37,7 +49,7 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   HS_CHECK(main_blocks || !mtp, f.path(), ": an MTP-only GGUF (nextn/mtp tensors, no blk.0.*): it holds the "
            "speculative-decoding block of DeepSeek-V4, not a main model");
   c.dim = u32("embedding_length");
-  c.max_position = static_cast<int64_t>(f.get_u64(p + "context_length"));
+  c.max_position = as_i64(p + "context_length", f.get_u64(p + "context_length"));
   c.n_heads = u32("attention.head_count");
   int kv_heads = u32_or("attention.head_count_kv", 1);
   HS_CHECK(kv_heads == 1, f.path(), ": key ", p, "attention.head_count_kv: expected 1 (MQA), found ", kv_heads);
@@ -59,16 +71,23 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   }
   c.yarn.factor = f32_or("rope.scaling.factor", 16.0f);
   c.yarn.original_ctx = f.has(p + "rope.scaling.original_context_length")
-                            ? static_cast<int64_t>(f.get_u64(p + "rope.scaling.original_context_length"))
+                            ? as_i64(p + "rope.scaling.original_context_length",
+                                     f.get_u64(p + "rope.scaling.original_context_length"))
                             : 65536;
   c.yarn.beta_fast = f32_or("rope.scaling.yarn_beta_fast", 32.0f);
   c.yarn.beta_slow = f32_or("rope.scaling.yarn_beta_slow", 1.0f);
   auto ratios = f.get_int_array(p + "attention.compress_ratios");
-  HS_CHECK(static_cast<int>(ratios.size()) >= c.n_layers, f.path(), ": key ", p,
+  HS_CHECK(ratios.size() >= static_cast<size_t>(c.n_layers), f.path(), ": key ", p,
            "attention.compress_ratios: expected at least block_count = ", c.n_layers, " entries, found ",
            ratios.size());
-  for (int l = 0; l < c.n_layers; ++l) c.compress_ratios.push_back(static_cast<int>(ratios[static_cast<size_t>(l)]));
-  if (static_cast<int>(ratios.size()) > c.n_layers) c.mtp_ratio = static_cast<int>(ratios[static_cast<size_t>(c.n_layers)]);
+  auto ratio_at = [&](size_t l) {
+    const int64_t r = ratios[l];
+    HS_CHECK(r >= 0 && r <= INT32_MAX, f.path(), ": key ", p, "attention.compress_ratios: entry ", l, " = ", r,
+             ": out of range [0, ", INT32_MAX, "]");
+    return static_cast<int>(r);
+  };
+  for (int l = 0; l < c.n_layers; ++l) c.compress_ratios.push_back(ratio_at(static_cast<size_t>(l)));
+  if (ratios.size() > static_cast<size_t>(c.n_layers)) c.mtp_ratio = ratio_at(static_cast<size_t>(c.n_layers));
   c.csa_ratio = 4;
   c.index_n_heads = u32_or("attention.indexer.head_count", 0);
   c.index_head_dim = u32_or("attention.indexer.key_length", 0);
@@ -105,8 +124,14 @@ ModelConfig config_from_gguf(const gguf::File& f) {
   } else if (const auto* t = f.find_tensor("token_embd.weight")) {
     c.vocab_size = t->ne.size() > 1 ? t->ne[1] : 0;
   }
-  if (f.has("tokenizer.ggml.bos_token_id")) c.bos_token_id = static_cast<int>(f.get_u32("tokenizer.ggml.bos_token_id"));
-  if (f.has("tokenizer.ggml.eos_token_id")) c.eos_token_id = static_cast<int>(f.get_u32("tokenizer.ggml.eos_token_id"));
+  for (auto [key, field] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_token_id},
+                            std::pair{"tokenizer.ggml.eos_token_id", &c.eos_token_id}}) {
+    if (!f.has(key)) continue;
+    const uint64_t id = f.get_u32(key);
+    HS_CHECK(c.vocab_size <= 0 || static_cast<int64_t>(id) < c.vocab_size, f.path(), ": key ", key, " = ", id,
+             ": not a token id (the vocabulary has ", c.vocab_size, " tokens)");
+    *field = as_int(key, id);
+  }
   c.validate();
   return c;
 }

@@ -192,7 +192,7 @@ Reply anthropic_messages(Service& svc, const std::string& body, const RequestInf
   spec.stop = opt_stop_list(req, "stop_sequences", 64, false);
   spec.max_tokens = static_cast<int>(*max_tokens);
   spec.ignore_eos = opt_bool(req, "ignore_eos").value_or(false);  // extension, as on the OpenAI routes
-  const ChatPromptIds prompt = build_chat_prompt(svc.tokenizer(), in);
+  const ChatPromptIds prompt = svc.chat_prompt(in, ApiStyle::messages);
   apply_chat(spec, prompt, in.tools, svc.new_seed());
   spec.format = anthropic_output_spec(req, in);
   bool omit_thinking = false;
@@ -224,7 +224,7 @@ Reply anthropic_count_tokens(Service& svc, const std::string& body) {
   const ojson req = parse_body(body);
   const ChatInput in = anthropic_chat_input(svc, req);
   Reply r;
-  r.body = dump_json({{"input_tokens", build_chat_prompt(svc.tokenizer(), in).ids.size()}});
+  r.body = dump_json({{"input_tokens", svc.chat_prompt(in, ApiStyle::messages).ids.size()}});
   return r;
 }
 

@@ -1,5 +1,6 @@
 // Anthropic Messages request -> OpenAI-shaped chat messages and tools (the encoder's input).
 #include <cctype>
+#include <unordered_set>
 
 #include "server/anthropic_api.h"
 #include "server/api_error.h"
@@ -129,6 +130,7 @@ void convert_assistant(const ojson& content, const std::string& where, bool last
 ojson convert_tools(const ojson* tools) {
   if (!tools) return nullptr;
   ojson out = ojson::array();
+  std::unordered_set<std::string> names;  // a set: thousands of tools stay linear
   for_each_tool(*tools, [&](const ojson& t, const std::string& where) {
     if (auto type = opt_string(t, "type"); type && *type != "custom")
       bad_request("tools", where, ": tools of type '", *type, "' are not supported (only client tools)");
@@ -137,8 +139,7 @@ ojson convert_tools(const ojson* tools) {
     for (char c : *name)
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.'))
         bad_request("tools", where, ".name '", *name, "' may hold only letters, digits, '_', '-' and '.'");
-    for (const auto& prev : out)
-      if (prev["function"]["name"] == *name) bad_request("tools", where, ": the tool name '", *name, "' is declared twice");
+    if (!names.insert(*name).second) bad_request("tools", where, ": the tool name '", *name, "' is declared twice");
     const ojson* schema = field(t, "input_schema");
     if (!schema || !schema->is_object()) bad_request("tools", where, ".input_schema must be a JSON Schema object");
     ojson fn = {{"name", *name}};

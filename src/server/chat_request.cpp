@@ -1,6 +1,7 @@
 #include "server/chat_request.h"
 
 #include <cctype>
+#include <unordered_set>
 
 #include "server/api_error.h"
 #include "server/validation.h"
@@ -8,7 +9,7 @@
 
 namespace hs::server {
 
-ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
+ChatPrompt render_chat_prompt(const ChatInput& in) {
   ChatOptions o;
   o.thinking_mode = in.thinking ? ThinkingMode::thinking : ThinkingMode::chat;
   o.reasoning_effort = in.thinking ? in.effort : std::nullopt;
@@ -18,12 +19,15 @@ ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
   request["messages"] = in.messages;
   if (!in.tools.is_null()) request["tools"] = in.tools;
   if (!in.response_format.is_null()) request["response_format"] = in.response_format;
-  ChatPrompt p;
   try {
-    p = encode_request(request, o);
+    return encode_request(request, o);
   } catch (const Error& e) {
     bad_request("messages", e.what());
   }
+}
+
+ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in) {
+  const ChatPrompt p = render_chat_prompt(in);
   // Only the template's structure becomes control tokens; the client's text never does.
   return {tok.encode_with_literals(p.text, p.literal), p.starts_in_reasoning};
 }
@@ -55,6 +59,7 @@ ojson validate_openai_tools(const ojson* tools) {
   if (!tools) return nullptr;
   if (!tools->is_array()) bad_request("tools", "'tools' must be an array, got ", describe_type(*tools));
   if (tools->empty()) return nullptr;
+  std::unordered_set<std::string> names;  // a set: thousands of tools stay linear
   for (size_t i = 0; i < tools->size(); ++i) {
     const ojson& t = (*tools)[i];
     const std::string where = cat("tools[", i, "]");
@@ -75,9 +80,8 @@ ojson validate_openai_tools(const ojson* tools) {
       bad_request("tools", where, ".function.description must be a string");
     if (const ojson* params = field(*fn, "parameters"); params && !params->is_object())
       bad_request("tools", where, ".function.parameters must be a JSON Schema object, got ", describe_type(*params));
-    for (size_t j = 0; j < i; ++j)
-      if ((*tools)[j]["function"]["name"] == *name)
-        bad_request("tools", where, ": the function name '", name->get<std::string>(), "' is declared twice");
+    if (!names.insert(name->get<std::string>()).second)
+      bad_request("tools", where, ": the function name '", name->get<std::string>(), "' is declared twice");
   }
   return *tools;
 }

@@ -28,9 +28,12 @@ struct ChatPromptIds {
   bool starts_in_reasoning = false;
 };
 
-// Renders and tokenizes; malformed messages are a 400 ApiError naming "messages". Special-token
-// text inside the request's own strings (contents, tool results, names, arguments, schemas) is
-// tokenized as plain text: only the chat template's structure produces control tokens.
+// Renders the prompt text; malformed messages are a 400 ApiError naming "messages".
+ChatPrompt render_chat_prompt(const ChatInput& in);
+// Renders and tokenizes. Special-token text inside the request's own strings (contents, tool
+// results, names, arguments, schemas) is tokenized as plain text: only the chat template's
+// structure produces control tokens. Unbounded: the server goes through Service::chat_prompt,
+// which bounds the work by the context.
 ChatPromptIds build_chat_prompt(const Tokenizer& tok, const ChatInput& in);
 
 // fn(tool, where) for each element of a request's `tools` (400 naming "tools" unless it is an

@@ -210,7 +210,7 @@ ChatRequest parse_openai_chat(Service& svc, const ojson& req, const RequestInfo&
   if (!max_tokens) max_tokens = opt_int(req, "max_tokens", 1, INT32_MAX);
   else opt_int(req, "max_tokens", 1, INT32_MAX);  // still type-checked
 
-  apply_chat(spec, build_chat_prompt(svc.tokenizer(), in), in.tools, svc.new_seed());
+  apply_chat(spec, svc.chat_prompt(in, ApiStyle::chat), in.tools, svc.new_seed());
   spec.format = openai_response_format(opt_object(req, "response_format"));
   if (auto forced = forced_tool_name(field(req, "tool_choice"), in.tools)) spec.format = forced_tool_call(in.tools, *forced);
   spec.max_tokens = max_tokens ? static_cast<int>(*max_tokens) : svc.default_max_tokens(spec.prompt.size(), ApiStyle::chat);

@@ -31,12 +31,12 @@ std::vector<int32_t> read_prompt(const Service& svc, const ojson& req, std::stri
   std::vector<int32_t> ids;
   if (p->is_string()) {
     text = p->get<std::string>();
-    ids = svc.tokenizer().encode(text);
+    svc.text_prompt(text, true, ApiStyle::completions, ids);
   } else if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
     if (p->size() != 1) bad_request("prompt", "only one prompt per request is supported (got ", p->size(), ")");
     if (p->front().is_string()) {
       text = p->front().get<std::string>();
-      ids = svc.tokenizer().encode(text);
+      svc.text_prompt(text, true, ApiStyle::completions, ids);
     } else {
       ids = ids_of(p->front());
     }

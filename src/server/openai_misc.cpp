@@ -100,7 +100,7 @@ Reply tokenize_endpoint(Service& svc, const std::string& body) {
       if (field(req, key))
         bad_request(key, "'", key, "' applies to 'prompt' only: in a chat request the template's tokens are always "
                     "special and the messages' text never is");
-    ids = build_chat_prompt(svc.tokenizer(), openai_chat_input(svc, req)).ids;
+    ids = svc.chat_prompt(openai_chat_input(svc, req), ApiStyle::chat).ids;
   } else {
     svc.check_model(opt_string(req, "model"));
     auto prompt = opt_string(req, "prompt");
@@ -110,7 +110,7 @@ Reply tokenize_endpoint(Service& svc, const std::string& body) {
     if (!prompt) bad_request("prompt", "'prompt' (a string) or 'messages' is required");
     const int32_t bos = svc.tokenizer().special_ids().bos;
     if (add_special.value_or(false) && bos >= 0) ids.push_back(bos);
-    svc.tokenizer().encode_append(*prompt, ids, parse_special.value_or(true));
+    svc.text_prompt(*prompt, parse_special.value_or(true), ApiStyle::completions, ids);
   }
   ojson out = {{"count", ids.size()}, {"max_model_len", svc.ctx_size()}, {"tokens", ids}};
   if (opt_bool(req, "return_token_strs").value_or(false)) {

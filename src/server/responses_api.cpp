@@ -123,7 +123,7 @@ Reply openai_responses(Service& svc, const std::string& body, const RequestInfo&
   ResponsesRequest rr = parse_responses_request(svc, req);
   GenerationSpec spec;
   spec.sampling = parse_sampling(req, svc, 2.0, false);
-  apply_chat(spec, build_chat_prompt(svc.tokenizer(), rr.in), rr.in.tools, svc.new_seed());
+  apply_chat(spec, svc.chat_prompt(rr.in, ApiStyle::responses), rr.in.tools, svc.new_seed());
   spec.format = rr.format;
   spec.max_tokens = rr.max_output_tokens ? static_cast<int>(*rr.max_output_tokens)
                                          : svc.default_max_tokens(spec.prompt.size(), ApiStyle::responses);

@@ -3,6 +3,7 @@
 // turn, as DeepSeek's format has one), function tools become chat tools, and tools this server
 // cannot run (web_search, file_search, Codex's namespace tools, ...) are left out with a note.
 #include <algorithm>
+#include <unordered_set>
 
 #include "server/api_error.h"
 #include "server/responses_api.h"
@@ -65,8 +66,7 @@ class Conversation {
     if (!content) bad_request("input", where, ".content is required");
     const std::string text = content_text(*content, where + ".content");
     if (role == "assistant") {
-      ojson& a = assistant();
-      a["content"] = a["content"].get<std::string>() + text;
+      assistant()["content"].get_ref<std::string&>() += text;  // in place: many parts stay linear
       return;
     }
     if (role != "user" && role != "system" && role != "developer")
@@ -76,7 +76,9 @@ class Conversation {
     // Consecutive system texts (instructions, then Codex's developer messages) are one system
     // prompt, joined as Anthropic's system blocks are: DeepSeek's template would run them together.
     if (as == "system" && !messages_.empty() && messages_.back()["role"] == "system") {
-      messages_.back()["content"] = messages_.back()["content"].get<std::string>() + "\n\n" + text;
+      std::string& sys = messages_.back()["content"].get_ref<std::string&>();
+      sys += "\n\n";
+      sys += text;
       return;
     }
     messages_.push_back({{"role", as}, {"content", text}});
@@ -118,8 +120,10 @@ class Conversation {
     }
     if (text.empty()) return;
     ojson& a = assistant();
-    const std::string before = a.value("reasoning_content", "");
-    a["reasoning_content"] = before.empty() ? text : before + "\n\n" + text;
+    if (!a.contains("reasoning_content")) a["reasoning_content"] = "";
+    std::string& r = a["reasoning_content"].get_ref<std::string&>();  // in place: many items stay linear
+    if (!r.empty()) r += "\n\n";
+    r += text;
   }
 
   ojson& assistant() {
@@ -175,10 +179,12 @@ ojson convert_tool_choice(const ojson* tc, ojson& tools, const std::vector<std::
     if (mode != "auto" && mode != "required") bad_request("tool_choice", "'tool_choice.mode' must be \"auto\" or \"required\"");
     const ojson* allowed = field(*tc, "tools");
     if (!allowed || !allowed->is_array()) bad_request("tool_choice", "'tool_choice.tools' must be an array");
+    std::unordered_set<std::string> names;
+    for (const auto& a : *allowed)
+      if (a.is_object() && a.contains("name") && a["name"].is_string()) names.insert(a["name"].get<std::string>());
     ojson kept = ojson::array();
     for (const auto& t : tools.is_null() ? ojson::array() : tools)
-      for (const auto& a : *allowed)
-        if (a.is_object() && a.value("name", ojson()) == t["function"]["name"]) kept.push_back(t);
+      if (names.count(t["function"]["name"].get<std::string>())) kept.push_back(t);
     tools = kept.empty() ? ojson(nullptr) : kept;
     return mode;
   }

@@ -97,6 +97,36 @@ ApiError context_error(ApiStyle api, int64_t prompt, int64_t max_tokens, int64_t
 
 }  // namespace
 
+size_t Service::max_prompt_ids() const { return static_cast<size_t>(std::max<int64_t>(ctx_size() - 1, 0)); }
+
+void Service::check_prompt_bytes(size_t bytes, ApiStyle api) const {
+  const size_t per_token = tok_.max_token_bytes();
+  size_t most = 0;  // the most bytes max_prompt_ids() tokens can stand for
+  if (__builtin_mul_overflow(max_prompt_ids(), per_token, &most) || bytes <= most) return;
+  const auto at_least = static_cast<int64_t>((bytes - 1) / per_token + 1);
+  log_info("prompt refused before tokenization: ", bytes, " bytes are at least ", at_least, " tokens (", per_token,
+           " bytes per token at most), the context is ", ctx_size());
+  throw context_error(api, at_least, -1, ctx_size());
+}
+
+ChatPromptIds Service::chat_prompt(const ChatInput& in, ApiStyle api) const {
+  const ChatPrompt p = render_chat_prompt(in);
+  check_prompt_bytes(p.text.size(), api);
+  Tokenizer::BoundedIds r = tok_.encode_bounded(p.text, p.literal, max_prompt_ids());
+  if (!r.complete) throw context_error(api, static_cast<int64_t>(r.at_least), -1, ctx_size());
+  return {std::move(r.ids), p.starts_in_reasoning};
+}
+
+void Service::text_prompt(std::string_view text, bool match_added_tokens, ApiStyle api, std::vector<int32_t>& ids) const {
+  check_prompt_bytes(text.size() + ids.size() * tok_.max_token_bytes(), api);
+  const size_t room = max_prompt_ids() - std::min(max_prompt_ids(), ids.size());
+  const TextSpan all{0, text.size()};  // plain text: the whole prompt is one literal span
+  Tokenizer::BoundedIds r = tok_.encode_bounded(text, match_added_tokens ? std::span<const TextSpan>() : std::span<const TextSpan>(&all, 1), room);
+  if (!r.complete || ids.size() + r.ids.size() > max_prompt_ids())
+    throw context_error(api, static_cast<int64_t>(ids.size() + r.at_least), -1, ctx_size());
+  ids.insert(ids.end(), r.ids.begin(), r.ids.end());
+}
+
 int Service::default_max_tokens(size_t prompt_tokens, ApiStyle api) const {
   const int64_t left = ctx_size() - static_cast<int64_t>(prompt_tokens);
   if (left < 1) throw context_error(api, static_cast<int64_t>(prompt_tokens), -1, ctx_size());

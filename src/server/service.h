@@ -14,6 +14,7 @@
 #include "engine/scheduler.h"
 #include "grammar/structured_output.h"
 #include "server/api_error.h"
+#include "server/chat_request.h"
 #include "server/forced_script.h"
 #include "server/generation.h"
 #include "server/reply.h"
@@ -74,6 +75,14 @@ class Service {
   uint64_t new_seed();
   // The test hooks of a request (forced output, a forced engine failure), when enabled.
   void apply_test_hooks(GenerationSpec& spec, const RequestInfo& info) const;
+  // Prompt ids under the context bound (docs/server.md "Prompt limits"): a prompt of ctx_size()
+  // tokens or more is the context-exceeded 400 in `api`'s words, found without tokenizing all
+  // of it: first by its bytes (each token stands for at most Tokenizer::max_token_bytes()
+  // bytes), then by tokenization that stops at the context. The count such an error names is
+  // then a lower bound. chat_prompt renders and tokenizes a chat request (build_chat_prompt);
+  // text_prompt tokenizes a completions or /tokenize prompt appended to `ids`.
+  ChatPromptIds chat_prompt(const ChatInput& in, ApiStyle api) const;
+  void text_prompt(std::string_view text, bool match_added_tokens, ApiStyle api, std::vector<int32_t>& ids) const;
   // max_tokens when the client gave none: what is left of the context (400 when nothing is,
   // worded as `api` words it).
   int default_max_tokens(size_t prompt_tokens, ApiStyle api) const;
@@ -84,6 +93,9 @@ class Service {
 
  private:
   std::shared_ptr<TokenConstraint> compile_format(const GenerationSpec& spec);
+  // The byte bound of the prompt limits above.
+  void check_prompt_bytes(size_t bytes, ApiStyle api) const;
+  size_t max_prompt_ids() const;  // ctx_size() - 1: one position is left for the answer
   Scheduler& scheduler_;
   const Tokenizer& tok_;
   ServiceConfig cfg_;

@@ -42,6 +42,9 @@ struct Tokenizer::EncodeState {
     int32_t left, right, merged;
     bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
+  size_t limit = SIZE_MAX;  // encode_bounded's max_ids
+  size_t at_least = 0;      // set when a piece was refused by its bytes: a bound of the whole length
+  bool over(const std::vector<int32_t>& out) const { return at_least > limit || out.size() > limit; }
   PreTokenizer::Scratch scratch;
   std::vector<PreTokenizer::Piece> pieces;
   std::vector<Sym> syms;
@@ -79,6 +82,11 @@ void Tokenizer::encode_append(std::string_view text, std::vector<int32_t>& out, 
 }
 
 std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const {
+  return encode_bounded(text, literal, SIZE_MAX).ids;
+}
+
+Tokenizer::BoundedIds Tokenizer::encode_bounded(std::string_view text, std::span<const TextSpan> literal,
+                                                size_t max_ids) const {
   std::vector<AddedTokenMatcher::Match> cuts;
   size_t pos = 0;  // added tokens are matched in the stretches between literal spans
   for (const TextSpan& s : literal) {
@@ -88,10 +96,13 @@ std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, std:
     pos = s.end;
   }
   match_added(text, pos, text.size(), cuts);
-  std::vector<int32_t> out;
+  BoundedIds r;
   EncodeState st;
-  encode_cut(text, cuts, st, out);
-  return out;
+  st.limit = max_ids;
+  encode_cut(text, cuts, st, r.ids);
+  r.complete = !st.over(r.ids);
+  r.at_least = std::max(r.ids.size(), st.at_least);
+  return r;
 }
 
 void Tokenizer::match_added(std::string_view text, size_t begin, size_t end,
@@ -124,17 +135,18 @@ void Tokenizer::encode_cut(std::string_view text, const std::vector<AddedTokenMa
   size_t pos = 0;
   for (const auto& c : cuts) {
     encode_span(text.substr(pos, c.begin - pos), st, out);
+    if (st.over(out)) return;
     out.push_back(c.id);
     pos = c.begin + c.length;
   }
-  encode_span(text.substr(pos), st, out);
+  if (!st.over(out)) encode_span(text.substr(pos), st, out);
 }
 
 // Splits off runs of invalid UTF-8 (each encoded from raw bytes, see bpe.h) and pre-tokenizes
 // the valid stretches.
 void Tokenizer::encode_span(std::string_view span, EncodeState& st, std::vector<int32_t>& out) const {
   size_t i = 0;
-  while (i < span.size()) {
+  while (i < span.size() && !st.over(out)) {
     const size_t valid = utf8::valid_prefix_length(span.substr(i));
     if (valid > 0) {
       encode_pieces(span.substr(i, valid), st, out);
@@ -150,11 +162,23 @@ void Tokenizer::encode_span(std::string_view span, EncodeState& st, std::vector<
 
 void Tokenizer::encode_pieces(std::string_view text, EncodeState& st, std::vector<int32_t>& out) const {
   st.pieces.clear();
-  pretok_.split(text, st.scratch, st.pieces);
-  for (const auto& [b, e] : st.pieces) bpe(text.substr(b, e - b), st, out);
+  // Each piece makes at least one id: more pieces than the ids left to the limit are not needed.
+  const size_t room = st.limit == SIZE_MAX ? SIZE_MAX : st.limit - std::min(st.limit, out.size()) + 1;
+  pretok_.split(text, st.scratch, st.pieces, room);
+  for (const auto& [b, e] : st.pieces) {
+    bpe(text.substr(b, e - b), st, out);
+    if (st.over(out)) return;
+  }
 }
 
 void Tokenizer::bpe(std::string_view piece, EncodeState& st, std::vector<int32_t>& out) const {
+  if (st.limit != SIZE_MAX) {  // a bounded encode: refuse a piece that cannot fit before merging it
+    const size_t least = out.size() + (piece.size() + max_token_bytes_ - 1) / max_token_bytes_;
+    if (least > st.limit) {
+      st.at_least = least;
+      return;
+    }
+  }
   if (piece.size() == 1) {
     out.push_back(byte_ids_[static_cast<uint8_t>(piece[0])]);
     return;

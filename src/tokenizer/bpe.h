@@ -13,6 +13,7 @@
 // is tokenized as if the run were a piece boundary.
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -83,6 +84,22 @@ class Tokenizer {
   // whenever the literal spans hold no added-token text. Throws hs::Error on a bad span.
   std::vector<int32_t> encode_with_literals(std::string_view text, std::span<const TextSpan> literal) const;
 
+  // encode_with_literals bounded by `max_ids`: the work stops as soon as the encoding is known
+  // to have more than max_ids ids, i.e. once the ids made pass the bound, or before a
+  // pre-tokenizer piece whose bytes alone need more ids than are left (a piece of n bytes makes
+  // at least ceil(n / max_token_bytes()) ids), so the rest of the text is never split or merged.
+  // (A whole text as one literal span is encode_plain; no spans is encode.)
+  struct BoundedIds {
+    std::vector<int32_t> ids;  // the whole encoding when complete, else a prefix of it
+    bool complete = true;      // false: the whole encoding has more than max_ids ids
+    size_t at_least = 0;       // a lower bound of the whole encoding's length (> max_ids when not complete)
+  };
+  BoundedIds encode_bounded(std::string_view text, std::span<const TextSpan> literal, size_t max_ids) const;
+  // The most bytes one token stands for (its decoded bytes; added tokens as their text). Every
+  // text of B bytes encodes to at least ceil(B / max_token_bytes()) ids: a cheap lower bound
+  // that refuses an over-long prompt before any tokenization.
+  size_t max_token_bytes() const { return max_token_bytes_; }
+
   // The exact bytes of the ids (added tokens as their literal text, ids of unused/unknown type
   // as nothing; nothing is skipped, so </think> and ｜DSML｜ reach the parser). Not valid
   // UTF-8 when the ids split a character; StreamDecoder never emits such bytes. Throws
@@ -141,6 +158,7 @@ class Tokenizer {
   std::array<int32_t, 256> byte_ids_{};                   // the token of each single byte
   std::string bytes_blob_;                                // decoded bytes of every id ...
   std::vector<uint32_t> bytes_off_;                       // ... at [off[id], off[id + 1])
+  size_t max_token_bytes_ = 1;
   AddedTokenMatcher added_first_, added_second_;          // HF: non-normalized, then normalized
   std::unique_ptr<BpeCache> cache_;
 };

@@ -3,6 +3,9 @@
 // render each message and the transition after it. Quirks are kept on purpose, since the
 // model was trained on exactly this text (see docs/chat-format.md §2-§5).
 #include <algorithm>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 
 #include "tokenizer/chat_messages.h"
 #include "tokenizer/chat_tokens.h"
@@ -48,30 +51,33 @@ std::vector<Msg> merge_tool_messages(std::vector<Msg> msgs) {
 
 // sort_tool_results_by_call_order(): results of a user turn follow the order of the calls of
 // the last assistant message with calls; unknown ids sort as position 0; text stays put.
+// Positions come from a hash map and the results are placed by a stable counting sort, so a
+// turn costs O(results + calls) (an agent may send thousands of results in one turn).
 void sort_tool_results(std::vector<Msg>& msgs) {
-  std::vector<std::pair<std::string, size_t>> order;  // id -> position (later duplicates win)
-  auto position = [&order](const std::string& id) -> size_t {
-    size_t pos = 0;
-    for (const auto& [k, v] : order)
-      if (k == id) pos = v;
-    return pos;
-  };
+  std::unordered_map<std::string_view, size_t> order;  // id -> position (later duplicates win)
+  size_t n_calls = 0;
   for (Msg& m : msgs) {
     if (m.role == "assistant" && !m.tool_calls.empty()) {
       order.clear();
-      for (size_t i = 0; i < m.tool_calls.size(); ++i)
-        if (!m.tool_calls[i].id.empty()) order.emplace_back(m.tool_calls[i].id, i);
+      n_calls = m.tool_calls.size();
+      // The views point into this message, which outlives its use here (msgs is not resized).
+      for (size_t i = 0; i < n_calls; ++i)
+        if (!m.tool_calls[i].id.empty()) order[m.tool_calls[i].id] = i;
     } else if (m.role == "user") {
-      std::vector<Block> results;
-      for (const Block& b : m.blocks)
-        if (b.is_tool_result) results.push_back(b);
-      if (results.size() <= 1 || order.empty()) continue;
-      std::stable_sort(results.begin(), results.end(), [&](const Block& a, const Block& b) {
-        return position(a.tool_use_id) < position(b.tool_use_id);
-      });
-      size_t next = 0;
-      for (Block& b : m.blocks)
-        if (b.is_tool_result) b = results[next++];
+      std::vector<size_t> slots, pos;  // the result blocks' indices and their call positions
+      for (size_t k = 0; k < m.blocks.size(); ++k) {
+        if (!m.blocks[k].is_tool_result) continue;
+        slots.push_back(k);
+        auto it = order.find(m.blocks[k].tool_use_id);
+        pos.push_back(it == order.end() ? 0 : it->second);
+      }
+      if (slots.size() <= 1 || order.empty()) continue;
+      std::vector<size_t> start(n_calls + 1, 0);  // counting sort: stable, by position
+      for (size_t p : pos) ++start[p + 1];
+      for (size_t i = 1; i <= n_calls; ++i) start[i] += start[i - 1];
+      std::vector<Block> sorted(slots.size());
+      for (size_t i = 0; i < slots.size(); ++i) sorted[start[pos[i]]++] = std::move(m.blocks[slots[i]]);
+      for (size_t i = 0; i < slots.size(); ++i) m.blocks[slots[i]] = std::move(sorted[i]);
     }
   }
 }

@@ -172,18 +172,18 @@ bool PreTokenizer::needs_supplement(std::string_view text) const {
   return false;
 }
 
-void PreTokenizer::split(std::string_view text, Scratch& scratch, std::vector<Piece>& out) const {
-  if (text.empty()) return;
+void PreTokenizer::split(std::string_view text, Scratch& scratch, std::vector<Piece>& out, size_t max_pieces) const {
+  if (text.empty() || out.size() >= max_pieces) return;
   HS_CHECK(text.size() <= std::numeric_limits<uint32_t>::max(), "pre-tokenizer: text over 4 GiB");
   split_stage(needs_supplement(text) ? supplemented_ : plain_, 0, text, 0, static_cast<uint32_t>(text.size()), scratch,
-              out);
+              out, max_pieces);
 }
 
 // HF's Split with behaviour Isolated: every match is a piece and so is every non-empty stretch
 // between matches. The subject is the piece itself, so (?!\S) sees the piece end as text end.
 void PreTokenizer::split_stage(const std::vector<std::unique_ptr<Compiled>>& codes, size_t stage,
                                std::string_view text, uint32_t begin, uint32_t end, Scratch& scratch,
-                               std::vector<Piece>& out) const {
+                               std::vector<Piece>& out, size_t max_pieces) const {
   if (stage == codes.size()) {
     out.emplace_back(begin, end);
     return;
@@ -193,7 +193,8 @@ void PreTokenizer::split_stage(const std::vector<std::unique_ptr<Compiled>>& cod
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data() + begin);
   const PCRE2_SIZE len = end - begin;
   PCRE2_SIZE pos = 0, last = 0;
-  while (pos < len) {
+  // Pieces come out in text order, so stopping at max_pieces leaves an exact prefix.
+  while (pos < len && out.size() < max_pieces) {
     int rc = pcre2_match(codes[stage]->code, subject, len, pos, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT)  // a pathological input: the interpreter uses the heap
       rc = pcre2_match(codes[stage]->code, subject, len, pos, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md, nullptr);
@@ -205,11 +206,15 @@ void PreTokenizer::split_stage(const std::vector<std::unique_ptr<Compiled>>& cod
       while (pos < len && (subject[pos] & 0xC0) == 0x80) ++pos;
       continue;
     }
-    if (ms > last) split_stage(codes, stage + 1, text, begin + static_cast<uint32_t>(last), begin + static_cast<uint32_t>(ms), scratch, out);
-    split_stage(codes, stage + 1, text, begin + static_cast<uint32_t>(ms), begin + static_cast<uint32_t>(me), scratch, out);
+    if (ms > last)
+      split_stage(codes, stage + 1, text, begin + static_cast<uint32_t>(last), begin + static_cast<uint32_t>(ms), scratch, out,
+                  max_pieces);
+    split_stage(codes, stage + 1, text, begin + static_cast<uint32_t>(ms), begin + static_cast<uint32_t>(me), scratch, out,
+                max_pieces);
     last = pos = me;
   }
-  if (last < len) split_stage(codes, stage + 1, text, begin + static_cast<uint32_t>(last), end, scratch, out);
+  if (last < len && out.size() < max_pieces)
+    split_stage(codes, stage + 1, text, begin + static_cast<uint32_t>(last), end, scratch, out, max_pieces);
 }
 
 }  // namespace hs

@@ -4,6 +4,7 @@
 // PCRE2's Unicode tables, which HF's Oniguruma knows (pretokenize_unicode.h). Each pattern is
 // compiled twice; the slower supplemented form runs only on text that holds such a code point.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -52,7 +53,9 @@ class PreTokenizer {
 
   // Appends the final pieces of `text` (valid UTF-8, at most 4 GiB) to `out`. Stage k runs on
   // every piece of stage k-1 on its own, so the end of a piece is the end of the subject.
-  void split(std::string_view text, Scratch& scratch, std::vector<Piece>& out) const;
+  // Stops once `out` holds max_pieces pieces: those are then the first pieces of the text.
+  void split(std::string_view text, Scratch& scratch, std::vector<Piece>& out,
+             size_t max_pieces = SIZE_MAX) const;
 
  private:
   struct Compiled;
@@ -60,7 +63,7 @@ class PreTokenizer {
   // Whether `text` holds a code point of pretokenize_unicode.h (then the supplemented patterns run).
   bool needs_supplement(std::string_view text) const;
   void split_stage(const std::vector<std::unique_ptr<Compiled>>& codes, size_t stage, std::string_view text,
-                   uint32_t begin, uint32_t end, Scratch& scratch, std::vector<Piece>& out) const;
+                   uint32_t begin, uint32_t end, Scratch& scratch, std::vector<Piece>& out, size_t max_pieces) const;
 
   std::vector<std::string> patterns_;
   std::vector<std::unique_ptr<Compiled>> plain_, supplemented_;  // one per pattern

@@ -84,11 +84,21 @@ std::pair<std::string, std::string> split_merge(const std::string& s, size_t ran
   return {s.substr(0, sp), s.substr(sp + 1)};
 }
 
-int32_t gguf_int(const gguf::File& f, const std::string& key) {
+// A special token id key: absent (or a signed -1) is -1; anything else must be an id of the
+// vocabulary, checked before the cast (the message names the file, the key and the value).
+int32_t gguf_token_id(const gguf::File& f, const std::string& key, size_t n_tokens) {
   const gguf::Value* v = f.find(key);
   if (v == nullptr) return -1;
-  if (const auto* u = std::get_if<uint64_t>(&v->v)) return static_cast<int32_t>(std::min<uint64_t>(*u, INT32_MAX));
-  if (const auto* i = std::get_if<int64_t>(&v->v)) return static_cast<int32_t>(std::clamp<int64_t>(*i, -1, INT32_MAX));
+  if (const auto* u = std::get_if<uint64_t>(&v->v)) {
+    HS_CHECK(*u < n_tokens, f.path(), ": ", key, " = ", *u, ": not a token id (the vocabulary has ", n_tokens, " tokens)");
+    return static_cast<int32_t>(*u);
+  }
+  if (const auto* i = std::get_if<int64_t>(&v->v)) {
+    if (*i == -1) return -1;
+    HS_CHECK(*i >= 0 && static_cast<uint64_t>(*i) < n_tokens, f.path(), ": ", key, " = ", *i,
+             ": not a token id (the vocabulary has ", n_tokens, " tokens)");
+    return static_cast<int32_t>(*i);
+  }
   fail(f.path(), ": ", key, " is not an integer");
 }
 
@@ -201,11 +211,9 @@ Tokenizer Tokenizer::from_gguf(const gguf::File& f) {
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(ms.size());
   for (size_t r = 0; r < ms.size(); ++r) merges.push_back(split_merge(ms[r], r, origin));
-  t.special_.bos = gguf_int(f, "tokenizer.ggml.bos_token_id");
-  t.special_.eos = gguf_int(f, "tokenizer.ggml.eos_token_id");
-  t.special_.pad = gguf_int(f, "tokenizer.ggml.padding_token_id");
-  for (int32_t id : {t.special_.bos, t.special_.eos, t.special_.pad})
-    HS_CHECK(id < static_cast<int32_t>(t.tokens_.size()), origin, ": special token id ", id, " is out of range");
+  t.special_.bos = gguf_token_id(f, "tokenizer.ggml.bos_token_id", t.tokens_.size());
+  t.special_.eos = gguf_token_id(f, "tokenizer.ggml.eos_token_id", t.tokens_.size());
+  t.special_.pad = gguf_token_id(f, "tokenizer.ggml.padding_token_id", t.tokens_.size());
   t.finalize(merges, origin);
   return t;
 }
@@ -246,6 +254,7 @@ void Tokenizer::finalize(const std::vector<std::pair<std::string, std::string>>&
     }
     HS_CHECK(bytes_blob_.size() < UINT32_MAX, origin, ": vocabulary text over 4 GiB");
     bytes_off_[i + 1] = static_cast<uint32_t>(bytes_blob_.size());
+    max_token_bytes_ = std::max<size_t>(max_token_bytes_, bytes_off_[i + 1] - bytes_off_[i]);
   }
   const auto by_name = [&](const std::string& name, std::string_view dflt) {
     const std::string s = name.empty() ? std::string(dflt) : name;

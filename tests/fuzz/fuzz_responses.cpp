@@ -1,0 +1,30 @@
+// OpenAI Responses request conversion (parse_responses_request: input items, tools,
+// tool_choice, text.format, instructions) and the prompt it renders to, through the Service
+// of the built-in model. Bad requests must be ApiErrors (400/404).
+#include "fuzz_util.h"
+#include "server/responses_api.h"
+#include "server_util.h"
+
+using namespace hs;
+using namespace hs::server;
+
+// The vocabulary (or model) is loaded once before fuzzing, not inside the first input's time.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)builtin();
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const ojson req = fuzz::request_object(data, size);
+  if (req.is_null()) return 0;
+  Builtin& b = builtin();
+  try {
+    const ResponsesRequest rr = parse_responses_request(b.svc, req);
+    const ChatPromptIds p = b.svc.chat_prompt(rr.in, ApiStyle::responses);
+    if (p.ids.empty() || static_cast<int64_t>(p.ids.size()) >= b.svc.ctx_size())
+      fuzz::broken("a prompt outside (0, ctx) passed the context bound");
+  } catch (const ApiError& e) {
+    if (e.status() != 400 && e.status() != 404) fuzz::broken("a request error with status " + std::to_string(e.status()));
+  }
+  return 0;
+}
