@@ -9,17 +9,11 @@
 #include <filesystem>
 #include <random>
 
+#include "cli/bench_timing.h"
 #include "engine/prefix_cache.h"
 #include "util/error.h"
 
 namespace hs::cli {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-}  // namespace
 
 nlohmann::ordered_json bench_cache_turn(Engine& eng, int64_t n, int64_t k, int64_t chunk, const std::string& dir) {
   HS_CHECK(n >= 1 && k >= 1 && chunk >= 1, "--cache-turn: N and K must be positive");
@@ -36,22 +30,22 @@ nlohmann::ordered_json bench_cache_turn(Engine& eng, int64_t n, int64_t k, int64
                static_cast<long long>(k));
   PrefixCache cache(eng, PrefixCacheOptions{});
   auto a = eng.new_sequence();
-  auto t0 = Clock::now();
+  auto t0 = BenchClock::now();
   prefill(*a, 0, n);
-  const double cold_n = since(t0);
+  const double cold_n = seconds_since(t0);
   cache.insert(t, *a);
-  t0 = Clock::now();
+  t0 = BenchClock::now();
   prefill(*a, n, n + k);
-  const double cold = cold_n + since(t0);
+  const double cold = cold_n + seconds_since(t0);
   a.reset();
   // A hit: restore, then the K new tokens.
   auto hit = [&](PrefixCache& c) {
     auto s = eng.new_sequence();
-    const auto t1 = Clock::now();
+    const auto t1 = BenchClock::now();
     HS_CHECK(c.restore(t, n + k - 1, *s) == n, "internal: the bench's snapshot was not found");
-    const double restore = since(t1);
+    const double restore = seconds_since(t1);
     prefill(*s, n, n + k);
-    return std::pair<double, double>{restore, since(t1)};
+    return std::pair<double, double>{restore, seconds_since(t1)};
   };
   const auto [dev_restore, dev_ttft] = hit(cache);
   cache.make_room(eng.state_stats().pages_total + 1);  // every entry to host memory
@@ -87,9 +81,9 @@ nlohmann::ordered_json bench_cache_turn(Engine& eng, int64_t n, int64_t k, int64
     // ...and found again by a new cache (a restarted server).
     PrefixCacheOptions po;
     po.dir = dir;
-    const auto t1 = Clock::now();
+    const auto t1 = BenchClock::now();
     PrefixCache reader(eng, po);
-    const double scan = since(t1);
+    const double scan = seconds_since(t1);
     const auto [disk_restore, disk_ttft] = hit(reader);
     const PrefixCacheStats ds = reader.stats();
     j["disk_scan_s"] = scan;

@@ -6,22 +6,11 @@
 #include <cstdio>
 #include <random>
 
+#include "cli/bench_timing.h"
 #include "engine/mtp.h"
 #include "util/error.h"
 
 namespace hs::cli {
-
-namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-}  // namespace
 
 nlohmann::ordered_json bench_draft(Engine& eng, int64_t depth, int64_t reps, bool synthetic) {
   MtpDrafter* d = eng.drafter();
@@ -43,9 +32,9 @@ nlohmann::ordered_json bench_draft(Engine& eng, int64_t depth, int64_t reps, boo
     for (int64_t r = 0; r < reps + 2; ++r) {  // two warm-ups
       StepItem it{seq.get(), t.data() + depth, n, logits.data(), n > 1};
       if (n > 1) it.hidden = hidden.data();
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       eng.step_batch({&it, 1});
-      if (r >= 2) s.push_back(since(t0));
+      if (r >= 2) s.push_back(seconds_since(t0));
       eng.truncate(*seq, depth);
     }
     return median(s);
@@ -60,9 +49,9 @@ nlohmann::ordered_json bench_draft(Engine& eng, int64_t depth, int64_t reps, boo
   std::vector<double> ds;
   for (int64_t r = 0; r < reps + 2; ++r) {
     rows = {seq->draft.get(), t.data() + warm, h.data(), 1};
-    const auto t0 = Clock::now();
+    const auto t0 = BenchClock::now();
     d->forward({&rows, 1}, logits.data(), hidden.data());
-    if (r >= 2) ds.push_back(since(t0));
+    if (r >= 2) ds.push_back(seconds_since(t0));
     d->truncate(*seq->draft, warm);
   }
   const double draft = median(ds);

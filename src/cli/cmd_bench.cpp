@@ -11,6 +11,7 @@
 #include "cli/args.h"
 #include "cli/bench_cache.h"
 #include "cli/bench_draft.h"
+#include "cli/bench_timing.h"
 #include "cli/engine_args.h"
 #include "cli/synthetic_args.h"
 #include "engine/engine.h"
@@ -20,13 +21,7 @@ namespace hs::cli {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Deterministic token ids spread over the vocabulary (hash-routed layers see varied ids).
 std::vector<int32_t> bench_tokens(int64_t n, int64_t vocab, uint64_t salt) {
@@ -117,7 +112,7 @@ int cmd_bench(const Args& args) {
   HS_CHECK(!a.has("cache-dir") || cache_n > 0, "--cache-dir needs --cache-turn");
   opts.max_context = std::max<int64_t>(opts.max_context, longest);
 
-  const auto t_load = Clock::now();
+  const auto t_load = BenchClock::now();
   std::unique_ptr<Engine> eng;
   std::string model_name;
   if (synthetic) {
@@ -157,7 +152,7 @@ int cmd_bench(const Args& args) {
     std::vector<double> t;
     for (int64_t r = 0; r < reps + 1; ++r) {  // the first run warms up (allocations, cuBLAS plans)
       seq->reset();
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       prefill(toks);
       if (r > 0) t.push_back(seconds_since(t0));
     }
@@ -171,7 +166,7 @@ int cmd_bench(const Args& args) {
       prefill(bench_tokens(depth, c.vocab_size, 7));
       const auto toks = bench_tokens(tg + 4, c.vocab_size, 11);
       for (int i = 0; i < 4; ++i) eng->step(*seq, &toks[static_cast<size_t>(i)], 1, logits.data(), false);  // warm-up
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       for (int64_t i = 0; i < tg; ++i) eng->step(*seq, &toks[static_cast<size_t>(4 + i)], 1, logits.data(), false);
       results.push_back({"tg" + std::to_string(tg) + "@" + std::to_string(depth), tg, depth + 4, seconds_since(t0), 1,
                          eng->graph_stats().nodes});
@@ -208,7 +203,7 @@ int cmd_bench(const Args& args) {
       if (B < 1) continue;
       Batch bt = make_batch(B);
       for (int64_t i = 0; i < 4; ++i) batch_step(bt, i);  // warm-up
-      const auto t0 = Clock::now();
+      const auto t0 = BenchClock::now();
       for (int64_t i = 0; i < tg; ++i) batch_step(bt, 4 + i);
       Result r{"tg" + std::to_string(tg) + "x" + std::to_string(B), tg * B, 20, seconds_since(t0), B,
                eng->graph_stats().nodes};

@@ -357,8 +357,7 @@ void Scheduler::step_once() {
         s->verify_logits.resize(static_cast<size_t>(n * V));
         item = StepItem{s->seq.get(), s->verify.data(), n, s->verify_logits.data(), true};
       }
-      // The drafter continues from these rows (a verify step's always: verify() keeps them).
-      if (s->feeds_drafter(engine_) && (!s->drafts.empty() || s->wants_rows(engine_))) {
+      if (s->wants_rows(engine_)) {  // the drafter continues from these rows
         s->hidden.resize(static_cast<size_t>(n * per));
         item.hidden = s->hidden.data();
       }

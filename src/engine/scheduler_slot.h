@@ -53,9 +53,12 @@ struct Scheduler::Slot {
   // Whether its rows go to the drafter (a drafting request on an engine with a drafter; the
   // test hook's drafts need none).
   bool feeds_drafter(const Engine& e) const { return e.drafter() && drafting && !req.test_drafts; }
-  // Whether this step's rows are kept for it (the model's HC states downloaded): not while the
-  // draft length has backed off, so failing drafts cost no drafter pass and no download a step.
-  bool wants_rows(const Engine& e) const { return feeds_drafter(e) && (!draft_len || draft_len->wants_rows()); }
+  // Whether this step's rows are kept for it (the model's HC states downloaded): always for a
+  // verify step (verify() keeps them), else not while the draft length has backed off, so
+  // failing drafts cost no drafter pass and no download a step.
+  bool wants_rows(const Engine& e) const {
+    return feeds_drafter(e) && (!drafts.empty() || !draft_len || draft_len->wants_rows());
+  }
 };
 
 }  // namespace hs

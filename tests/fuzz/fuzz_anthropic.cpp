@@ -21,11 +21,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const ChatInput in = anthropic_chat_input(b.svc, req);
     const ChatPromptIds p = b.svc.chat_prompt(in, ApiStyle::messages);
-    if (p.ids.empty() || static_cast<int64_t>(p.ids.size()) >= b.svc.ctx_size())
-      fuzz::broken("a prompt outside (0, ctx) passed the context bound");
+    fuzz::check_prompt_size(p.ids.size(), b.svc.ctx_size());
     (void)anthropic_output_spec(req, in);
   } catch (const ApiError& e) {
-    if (e.status() != 400 && e.status() != 404) fuzz::broken("a request error with status " + std::to_string(e.status()));
+    fuzz::check_refusal_status(e.status());
   }
   return 0;
 }

@@ -21,10 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const ResponsesRequest rr = parse_responses_request(b.svc, req);
     const ChatPromptIds p = b.svc.chat_prompt(rr.in, ApiStyle::responses);
-    if (p.ids.empty() || static_cast<int64_t>(p.ids.size()) >= b.svc.ctx_size())
-      fuzz::broken("a prompt outside (0, ctx) passed the context bound");
+    fuzz::check_prompt_size(p.ids.size(), b.svc.ctx_size());
   } catch (const ApiError& e) {
-    if (e.status() != 400 && e.status() != 404) fuzz::broken("a request error with status " + std::to_string(e.status()));
+    fuzz::check_refusal_status(e.status());
   }
   return 0;
 }

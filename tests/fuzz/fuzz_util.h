@@ -44,4 +44,13 @@ inline ojson request_object(const uint8_t* data, size_t size) {
   std::abort();
 }
 
+// The invariants of a converted API request (fuzz_anthropic, fuzz_responses): the prompt it
+// renders to is inside (0, ctx), and a refused request is a 400 or a 404.
+inline void check_prompt_size(size_t ids, int64_t ctx) {
+  if (ids == 0 || static_cast<int64_t>(ids) >= ctx) broken("a prompt outside (0, ctx) passed the context bound");
+}
+inline void check_refusal_status(int status) {
+  if (status != 400 && status != 404) broken("a request error with status " + std::to_string(status));
+}
+
 }  // namespace hs::fuzz
