@@ -149,6 +149,13 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   if (L.has_indexer) {
     ops_.compressor_update(*pool_, li, true, L.idx_comp, ia, ig, c.norm_eps, rope, numerics_);
     ops_.indexer_topk(*pool_, li, iq, iw, static_cast<int>(IH), ID, static_cast<int>(K), selected);
+    if (tap_) {
+      // int32 indices travel as raw 4-byte words through the float transfers.
+      std::vector<int32_t> sel(static_cast<size_t>(n * K));
+      ops_.download(reinterpret_cast<float*>(sel.data()), reinterpret_cast<const float*>(selected), n * K);
+      tap_(L.layer, std::span<const int64_t>(pos, static_cast<size_t>(b.n_real)), sel, static_cast<int>(K));
+      ops_.upload(reinterpret_cast<float*>(selected), reinterpret_cast<const float*>(sel.data()), n * K);
+    }
   }
   ops_.attention(*pool_, li, q, c, kv, L.has_compressor, selected, static_cast<int>(K), L.sinks, o);
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
@@ -220,7 +227,7 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad) 
   } end{ops_};
   // A decode step (one row per sequence) may run as a captured graph (step_graphs.h).
   bool done = false;
-  if (rows.decode && !observer_) done = graphs_.run(b.n, X, [&] { layers(b, X); });
+  if (rows.decode && !observer_ && !tap_) done = graphs_.run(b.n, X, [&] { layers(b, X); });
   if (!done) layers(b, X);
   for (const SeqRows& s : seqs) pool_->advance(*s.state, s.n);
 }

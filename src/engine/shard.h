@@ -84,6 +84,12 @@ class Shard {
   // Called with the HC state entering each layer (for bisecting against reference dumps).
   using LayerObserver = std::function<void(int layer, const float* X, int64_t n)>;
   void set_layer_observer(LayerObserver f) { observer_ = std::move(f); }
+  // Called after each indexer top-k with the rows' positions and their selections [n, K]
+  // (descending score, -1 padded) on the host; what it leaves in `sel` is what attention reads.
+  // Lets a test tell selection differences (near-equal scores at the cut) from arithmetic
+  // ones (tests/test_long_context.cpp). A step with a tap runs op by op (no graphs).
+  using IndexerTap = std::function<void(int layer, std::span<const int64_t> pos, std::vector<int32_t>& sel, int K)>;
+  void set_indexer_tap(IndexerTap f) { tap_ = std::move(f); }
   // Weight bytes one decode token reads in this shard on its backend: every dense matrix and
   // vector, k of the E experts of each stack, one embedding row, the whole output head.
   int64_t weight_bytes_per_token() const;
@@ -119,6 +125,7 @@ class Shard {
   Numerics numerics_;
   RopeTable rope_main_, rope_compress_;
   LayerObserver observer_;
+  IndexerTap tap_;
   std::unique_ptr<StatePool> pool_;  // before graphs_: the graphs name its buffers
   StepGraphs graphs_;  // its graphs name this shard's weights, pool and scratch
 };
