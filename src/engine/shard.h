@@ -84,6 +84,12 @@ class Shard {
   // Called with the HC state entering each layer (for bisecting against reference dumps).
   using LayerObserver = std::function<void(int layer, const float* X, int64_t n)>;
   void set_layer_observer(LayerObserver f) { observer_ = std::move(f); }
+  // Called with the HC state after each layer of `layers` that is this shard's (the DSpark
+  // drafter's taps, Engine::run_stage); steps run without captured graphs while it is set.
+  void set_taps(std::vector<int> layers, LayerObserver f) {
+    tap_layers_ = std::move(layers);
+    tap_ = std::move(f);
+  }
   // Weight bytes one decode token reads in this shard on its backend: every dense matrix and
   // vector, k of the E experts of each stack, one embedding row, the whole output head.
   int64_t weight_bytes_per_token() const;
@@ -119,6 +125,8 @@ class Shard {
   Numerics numerics_;
   RopeTable rope_main_, rope_compress_;
   LayerObserver observer_;
+  std::vector<int> tap_layers_;
+  LayerObserver tap_;
   std::unique_ptr<StatePool> pool_;  // before graphs_: the graphs name its buffers
   StepGraphs graphs_;  // its graphs name this shard's weights, pool and scratch
 };

@@ -1,0 +1,228 @@
+// The DSpark drafter (docs/speculative.md): its inventory and loading from the synthetic model
+// (in memory and through a GGUF of ds4's layout), the refusals, and its forward on the CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/cpu_ops.h"
+#include "engine/dspark.h"
+#include "engine/weights.h"
+#include "format/safetensors.h"
+#include "model/dspark_tensors.h"
+#include "model/source.h"
+#include "model/synthetic.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+namespace hs {
+namespace {
+
+SyntheticSpec dspark_spec() {
+  SyntheticSpec s;
+  s.draft = "dspark";
+  s.seed = 7;
+  return s;
+}
+
+Mat read_mat(const ModelSource& src, const std::string& name) {
+  for (const TensorSpec& t : model_tensor_specs(src.config(), 0, 1, true, true)) {
+    if (t.name != name) continue;
+    Mat m;
+    m.rows = t.shape[0];
+    m.cols = t.shape[1];
+    m.w = src.read_f32(t);
+    return m;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+TEST(Dspark, SyntheticHasTheRealLayout) {
+  const auto src = make_synthetic_source(dspark_spec());
+  const ModelConfig& c = src->config();
+  EXPECT_EQ(c.dspark.stages, 3);
+  EXPECT_EQ(c.dspark.block, 5);
+  EXPECT_EQ(c.dspark.target_layers, (std::vector<int>{3, 4, 5}));
+  ASSERT_TRUE(src->has_dspark());
+  EXPECT_FALSE(src->has_mtp()) << "the stages' mtp.<s> blocks are not a partial MTP block";
+  EXPECT_TRUE(src->validate_dspark().empty());
+  const auto specs = src->dspark_specs();
+  // main_proj, main_norm, 3 stage blocks, norm, hc_head (3), markov (2), confidence.
+  const size_t block = layer_tensor_specs(c.with_dspark_layers(3), c.n_layers).size();
+  EXPECT_EQ(specs.size(), 2 + 3 * block + 1 + 3 + 2 + 1);
+  EXPECT_EQ(specs.front().official, "mtp.0.main_proj.weight");
+  EXPECT_EQ(specs.front().shape, (std::vector<int64_t>{c.dim, 3 * c.dim}));
+  EXPECT_EQ(specs.back().official, "mtp.2.confidence_head.proj.weight");
+  EXPECT_EQ(dspark_gguf_names("dspark.1.attn_q_a", 3, false), (std::vector<std::string>{"mtp.1.attn_q_a"}));
+  EXPECT_EQ(dspark_gguf_names("dspark.markov_w1", 3, false),
+            (std::vector<std::string>{"mtp.2.markov_head.markov_w1.weight"}));
+  EXPECT_EQ(dspark_gguf_names("dspark.main_proj", 3, true), (std::vector<std::string>{"dflash.fc.weight"}));
+  const DsparkWeights w = load_dspark_weights(*src);
+  ASSERT_EQ(w.stages.size(), 3u);
+  EXPECT_EQ(w.stages[2].layer, c.n_layers + 2);
+  EXPECT_FALSE(w.stages[0].has_compressor);
+  EXPECT_FALSE(w.stages[0].gate_bias.empty()) << "the stages are score-routed";
+  EXPECT_EQ(w.markov_w1.rows, c.vocab_size);
+  EXPECT_EQ(w.confidence.cols, c.dim + c.dspark.markov_rank);
+}
+
+TEST(Dspark, FlashPresetShapes) {
+  SyntheticSpec s = dspark_spec();
+  s.preset = "flash";
+  const ModelConfig c = synthetic_config(s);
+  EXPECT_EQ(c.dspark.target_layers, (std::vector<int>{40, 41, 42}));
+  EXPECT_EQ(c.dspark.noise_token, 128799);
+  const auto specs = dspark_tensor_specs(c, 3);
+  EXPECT_EQ(specs.front().shape, (std::vector<int64_t>{4096, 3 * 4096}));
+  EXPECT_EQ(specs[specs.size() - 3].shape, (std::vector<int64_t>{129280, 256}));
+  EXPECT_EQ(specs.back().shape, (std::vector<int64_t>{1, 4096 + 256}));
+}
+
+TEST(Dspark, GgufRoundTripAndBadConfig) {
+  const std::string path = (std::filesystem::temp_directory_path() / "hs_test_dspark.gguf").string();
+  write_synthetic_gguf(dspark_spec(), path);
+  {
+    const auto src = ModelSource::open(path);
+    EXPECT_EQ(src->config().dspark.stages, 3);
+    EXPECT_EQ(src->config().dspark.target_layers, (std::vector<int>{3, 4, 5}));
+    ASSERT_TRUE(src->has_dspark());
+    EXPECT_TRUE(src->validate_dspark().empty());
+    const auto mem = make_synthetic_source(dspark_spec());
+    const DsparkWeights a = load_dspark_weights(*src), b = load_dspark_weights(*mem);
+    EXPECT_EQ(a.markov_w2.w, b.markov_w2.w);
+    EXPECT_EQ(a.stages[1].wq_a.w, b.stages[1].wq_a.w);
+  }
+  std::filesystem::remove(path);
+  // A config that does not fit the model is refused, naming the field.
+  ModelConfig c = synthetic_config(dspark_spec());
+  c.dspark.target_layers = {4, 9};
+  try {
+    c.validate_dspark(3, "x: ");
+    ADD_FAILURE() << "accepted a target layer past the model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dspark_target_layer_ids[1] = 9"), std::string::npos) << e.what();
+  }
+  // A model without the drafter says so.
+  const auto plain = make_synthetic_source(SyntheticSpec{});
+  EXPECT_FALSE(plain->has_dspark());
+  ASSERT_EQ(plain->validate_dspark().size(), 1u);
+  EXPECT_NE(plain->validate_dspark()[0].find("cannot draft with --draft dspark"), std::string::npos);
+}
+
+TEST(Dspark, ForwardIsAFunctionOfTheContextAndTheBlock) {
+  const auto src = make_synthetic_source(dspark_spec());
+  const ModelConfig& c = src->config();
+  ThreadPool pool(2);
+  CpuOps ops(pool);
+  const Mat embed = read_mat(*src, "token_embd"), head = read_mat(*src, "output");
+  DsparkDrafter d(c, load_dspark_weights(*src), ops, embed, head, Numerics::Reference);
+  const int64_t T = d.tap_width(), V = c.vocab_size, n = 12;
+  std::vector<float> taps(static_cast<size_t>(n * T));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = std::sin(0.37f * static_cast<float>(i));
+  // All rows at once equals row by row; a ring past the window keeps the last `window` rows.
+  auto a = d.new_sequence(), b = d.new_sequence();
+  d.add_context(*a, 0, taps.data(), n);
+  for (int64_t p = 0; p < n; ++p) d.add_context(*b, p, taps.data() + p * T, 1);
+  EXPECT_EQ(a->next, n);
+  EXPECT_EQ(a->rows, c.window);
+  const DsparkBlock ba = d.draft_block(*a, 17), bb = d.draft_block(*b, 17);
+  EXPECT_EQ(ba.base, bb.base);
+  ASSERT_EQ(static_cast<int64_t>(ba.base.size()), d.block() * V);
+  std::vector<float> l0(static_cast<size_t>(V)), l1(static_cast<size_t>(V));
+  float c0 = 0, c1 = 0;
+  d.step(ba, 0, 17, l0.data(), &c0);
+  d.step(ba, 0, 18, l1.data(), &c1);
+  EXPECT_NE(l0, l1) << "the Markov bias depends on the previous token";
+  EXPECT_NE(c0, c1);
+  EXPECT_TRUE(std::isfinite(c0));
+  // Another anchor, and context that does not continue, change the block.
+  EXPECT_NE(d.draft_block(*a, 18).base, ba.base);
+  d.add_context(*b, 40, taps.data(), 2);  // restarts at 40
+  EXPECT_EQ(b->rows, 2);
+  EXPECT_NE(d.draft_block(*b, 17).base, ba.base);
+}
+
+// The outside oracle: tests/data/dspark-tiny, made by scripts/gen_dspark_fixtures.py (DeepSpec's
+// DSpark draft with DeepSeek-V4 blocks in PyTorch, float64, random weights at the tiny fixture's
+// widths). For each case (context inside and past the window) the draft logits (Markov bias on
+// the reference's own greedy chain), the confidence logits and the hc_head rows must match within
+// 1e-5 (relative to the largest expected magnitude, at least 1) under reference numerics on the
+// CPU, the context fed all at once and row by row. Skips until the fixture exists
+// (HS_DSPARK_FIXTURE_DIR overrides where it is looked for).
+std::string fixture_dir() {
+  const char* env = std::getenv("HS_DSPARK_FIXTURE_DIR");
+  return env ? env : std::string(HS_TEST_DATA) + "/dspark-tiny";
+}
+
+template <typename T>
+std::vector<T> values(const st::File& f, const std::string& name) {
+  const auto& t = f.tensors().at(name);
+  std::vector<T> v(static_cast<size_t>(t.n_elements()));
+  std::memcpy(v.data(), t.data, t.nbytes);
+  return v;
+}
+
+double max_rel(const float* a, const float* b, size_t n) {
+  double d = 0, m = 1;
+  for (size_t i = 0; i < n; ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    m = std::max(m, std::fabs(static_cast<double>(b[i])));
+  }
+  return d / m;
+}
+
+TEST(DsparkFixtures, DraftLogitsMatchTheReference) {
+  const std::string dir = fixture_dir();
+  if (!std::filesystem::exists(dir + "/expected.safetensors") || !std::filesystem::exists(dir + "/model.safetensors"))
+    GTEST_SKIP() << "no DSpark fixture at " << dir << " yet: run `python3 scripts/gen_dspark_fixtures.py tests/data` "
+                 << "where torch is installed (the GPU machine), then commit tests/data/dspark-tiny";
+  const auto src = ModelSource::open(dir);
+  const ModelConfig& c = src->config();
+  ASSERT_TRUE(src->has_dspark());
+  EXPECT_FALSE(src->has_mtp());
+  EXPECT_EQ(c.dspark.stages, 3);
+  ThreadPool pool(2);
+  CpuOps ops(pool);
+  const Mat embed = read_mat(*src, "token_embd"), head = read_mat(*src, "output");
+  DsparkDrafter d(c, load_dspark_weights(*src), ops, embed, head, Numerics::Reference);
+  const st::File ex(dir + "/expected.safetensors");
+  const std::vector<float> taps = values<float>(ex, "taps");
+  const int64_t T = d.tap_width(), V = c.vocab_size, D = c.dim, B = d.block();
+  constexpr double kTol = 1e-5;
+  for (int k = 0; ex.tensors().count("anchor_" + std::to_string(k)); ++k) {
+    const std::string K = std::to_string(k);
+    const int32_t anchor = values<int32_t>(ex, "anchor_" + K).at(0);
+    const auto drafts = values<int32_t>(ex, "tokens_" + K);
+    const auto logits = values<float>(ex, "logits_" + K), conf = values<float>(ex, "confidence_" + K),
+               h = values<float>(ex, "h_" + K);
+    ASSERT_EQ(static_cast<int64_t>(logits.size()), B * V) << "logits of case " << k << " are not [block, vocab]";
+    const int64_t rows = values<int32_t>(ex, "context_" + K).at(0);
+    ASSERT_LE(rows * T, static_cast<int64_t>(taps.size()));
+    for (bool one_by_one : {false, true}) {
+      auto s = d.new_sequence();
+      if (one_by_one)
+        for (int64_t p = 0; p < rows; ++p) d.add_context(*s, p, taps.data() + p * T, 1);
+      else
+        d.add_context(*s, 0, taps.data(), rows);
+      const DsparkBlock b = d.draft_block(*s, anchor);
+      EXPECT_LE(max_rel(b.h.data(), h.data(), static_cast<size_t>(B * D)), kTol) << "h, case " << k;
+      std::vector<float> lg(static_cast<size_t>(V));
+      for (int64_t j = 0; j < B; ++j) {
+        float cf = 0;
+        d.step(b, static_cast<int>(j), j == 0 ? anchor : drafts[static_cast<size_t>(j - 1)], lg.data(), &cf);
+        EXPECT_LE(max_rel(lg.data(), logits.data() + j * V, static_cast<size_t>(V)), kTol)
+            << "logits, case " << k << ", draft " << j << (one_by_one ? ", context row by row" : "");
+        EXPECT_LE(max_rel(&cf, conf.data() + j, 1), kTol) << "confidence, case " << k << ", draft " << j;
+        EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), drafts[static_cast<size_t>(j)])
+            << "greedy draft, case " << k << ", draft " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hs
