@@ -72,7 +72,6 @@ TEST(CliDraft, DsparkSynthAndRun) {
   expect_error(test::run_cli(run + "--draft dspark --draft-confidence 2"), "--draft-confidence 2");
   expect_error(test::run_cli(run + "--draft-confidence 0.2"), "--draft-confidence needs --draft");
   expect_error(test::run_cli(run + "--draft mtp"), "no MTP block");
-  expect_error(test::run_cli("synth --draft dspark --draft-only " + test::shell_quote(path)), "--draft-only");
   std::remove(path.c_str());
 }
 

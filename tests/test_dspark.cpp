@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "engine/cpu_ops.h"
 #include "engine/dspark.h"
+#include "engine/engine.h"
 #include "engine/weights.h"
 #include "format/safetensors.h"
 #include "model/dspark_tensors.h"
@@ -17,6 +19,8 @@
 #include "model/synthetic.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
+
+#include "gguf_util.h"
 
 namespace hs {
 namespace {
@@ -111,6 +115,104 @@ TEST(Dspark, GgufRoundTripAndBadConfig) {
   EXPECT_FALSE(plain->has_dspark());
   ASSERT_EQ(plain->validate_dspark().size(), 1u);
   EXPECT_NE(plain->validate_dspark()[0].find("cannot draft with --draft dspark"), std::string::npos);
+}
+
+std::string temp(const std::string& name) { return testing::TempDir() + "/hs_dspark_" + name + ".gguf"; }
+
+TEST(Dspark, MissingOrMisShapedTensorsAreNamed) {
+  const std::string good = temp("good"), bad = temp("bad");
+  SyntheticSpec spec = dspark_spec();
+  spec.layers = 4;
+  write_synthetic_gguf(spec, good);
+  EngineOptions o;
+  o.draft = "dspark";
+  o.max_seqs = 2;
+  o.threads = 2;
+  {
+    Engine e(good, o);
+    EXPECT_NE(e.dspark(), nullptr);
+  }
+  copy_gguf(good, bad, "mtp.1.attn_q_a.weight");
+  for (const char* kind : {"dspark", "auto"}) {  // auto refuses a broken drafter too
+    o.draft = kind;
+    try {
+      Engine e(bad, o);
+      ADD_FAILURE() << "a drafter without stage 1's attn_q_a loaded (--draft " << kind << ")";
+    } catch (const Error& err) {
+      const std::string m = err.what();
+      EXPECT_NE(m.find("dspark.1.attn_q_a"), std::string::npos) << m;
+      EXPECT_NE(m.find("mtp.1.attn_q_a"), std::string::npos) << m;  // where it was looked for
+    }
+  }
+  copy_gguf(good, bad, "mtp.0.main_norm.weight", 32);  // another width than the model's 64
+  o.draft = "dspark";
+  try {
+    Engine e(bad, o);
+    ADD_FAILURE() << "a mis-shaped drafter loaded";
+  } catch (const Error& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find("mtp.0.main_norm"), std::string::npos) << m;
+    EXPECT_NE(m.find("shape"), std::string::npos) << m;
+  }
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST(Dspark, DrafterFileApartFromTheModel) {
+  SyntheticSpec main_spec = dspark_spec();
+  main_spec.layers = 4;
+  main_spec.draft.clear();
+  SyntheticSpec only = dspark_spec();
+  only.layers = 4;
+  only.draft_only = true;
+  const std::string main_path = temp("main"), d = temp("only"), other = temp("other");
+  write_synthetic_gguf(main_spec, main_path);
+  write_synthetic_gguf(only, d);
+  EngineOptions o;
+  o.max_seqs = 2;
+  o.threads = 2;
+  o.draft = "dspark";
+  EXPECT_THROW(Engine(main_path, o), Error);  // the model itself has none
+  o.draft_model = d;
+  {
+    Engine e(main_path, o);
+    ASSERT_NE(e.dspark(), nullptr);
+  }
+  o.draft = "auto";
+  {
+    Engine e(main_path, o);
+    EXPECT_NE(e.dspark(), nullptr);
+  }
+  // The same weights as the model's own drafter would have had.
+  SyntheticSpec with = only;
+  with.draft_only = false;
+  const DsparkWeights ref = load_dspark_weights(*make_synthetic_source(with));
+  const DsparkWeights got = load_dspark_weights(*open_gguf_drafter(d, make_synthetic_source(main_spec)->config()));
+  EXPECT_EQ(got.main_proj.w, ref.main_proj.w);
+  EXPECT_EQ(got.stages[2].w2.w, ref.stages[2].w2.w);
+  EXPECT_EQ(got.confidence.w, ref.confidence.w);
+  // Made for another model: another layer count (its taps index other layers), another vocabulary.
+  o.draft = "dspark";
+  o.draft_model = other;
+  SyntheticSpec l = only;
+  l.layers = 6;
+  write_synthetic_gguf(l, other);
+  try {
+    Engine e(main_path, o);
+    ADD_FAILURE() << "a drafter for a 6-layer model loaded";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("made for another model"), std::string::npos) << err.what();
+  }
+  SyntheticSpec v = only;
+  v.vocab = 1000;
+  write_synthetic_gguf(v, other);
+  try {
+    Engine e(main_path, o);
+    ADD_FAILURE() << "a drafter for another vocabulary loaded";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("made for another model"), std::string::npos) << err.what();
+  }
+  for (const std::string& p : {main_path, d, other}) std::remove(p.c_str());
 }
 
 TEST(Dspark, ForwardIsAFunctionOfTheContextAndTheBlock) {

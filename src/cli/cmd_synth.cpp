@@ -25,7 +25,7 @@ int cmd_synth(const Args& args) {
        "drafter (V4-Flash-0731's: 3 stages, blocks of 5, the last three layers tapped) in ds4's mtp.<s>.* names", "KIND"},
       {"draft-layout", true, "how the MTP block is named: nextn (llama.cpp's converter, blk.<n>.*, default), "
        "nextn-counted (the same counted in block_count, Unsloth) or mtp0 (antirez's mtp.0.*)", "L"},
-      {"draft-only", false, "with --draft mtp: write the drafter alone, an MTP-only file for --draft-model"},
+      {"draft-only", false, "with --draft: write the drafter alone (with the model's metadata), a file for --draft-model"},
   };
   ParsedArgs a("synth", args, specs);
   if (a.help()) {
@@ -59,7 +59,7 @@ int cmd_synth(const Args& args) {
   HS_CHECK(!a.has("draft-layout") || !s.draft.empty(), "--draft-layout needs --draft mtp");
   s.draft_layout = a.get_or("draft-layout", "nextn");
   s.draft_only = a.has("draft-only");
-  HS_CHECK(!s.draft_only || s.draft == "mtp", "--draft-only needs --draft mtp (a DSpark-only file: not yet)");
+  HS_CHECK(!s.draft_only || !s.draft.empty(), "--draft-only needs --draft mtp or dspark");
   const std::string& out = a.positionals()[0];
   const ModelConfig c = synthetic_config(s);  // reports a bad preset/quant/layers before any work
 

@@ -163,9 +163,11 @@ class GgufSource : public ModelSource {
  private:
   void check_drafter_metadata() {
     const std::string p = "deepseek4.";
-    if (f_.has("general.architecture"))
-      HS_CHECK(f_.get_string("general.architecture") == "deepseek4", path_, ": general.architecture is '",
-               f_.get_string("general.architecture"), "', not a DeepSeek-V4 drafter");
+    if (f_.has("general.architecture")) {
+      const std::string arch = f_.get_string("general.architecture");
+      HS_CHECK(arch == "deepseek4" || arch == "deepseek4-dflash-draft", path_, ": general.architecture is '", arch,
+               "', not a DeepSeek-V4 drafter");
+    }
     const ModelConfig& c = config_;
     const std::pair<const char*, int64_t> keys[] = {
         {"embedding_length", c.dim},           {"vocab_size", c.vocab_size},
@@ -188,6 +190,10 @@ class GgufSource : public ModelSource {
     // llama.cpp's MTP-only file holds the block as its last block (block_count = layers + 1).
     if (f_.has(p + "block_count")) {
       const int64_t blocks = static_cast<int64_t>(f_.get_u64(p + "block_count"));
+      // A DSpark drafter taps the model's layers by index: it is made for one layer count.
+      if (f_.find_tensor("mtp.0.main_proj.weight"))
+        HS_CHECK(blocks == c.n_layers, path_, ": this drafter was made for another model: its DSpark taps are for ",
+                 blocks, " layers, the model has ", c.n_layers);
       if (f_.find_tensor(cat("blk.", blocks - 1, ".nextn.eh_proj.weight")))
         HS_CHECK(blocks - 1 == c.n_layers, path_, ": this drafter was made for another model: its MTP block is layer ",
                  blocks - 1, ", the model has ", c.n_layers, " layers");
