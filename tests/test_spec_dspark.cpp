@@ -9,9 +9,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "engine/dspark.h"
 #include "engine/engine.h"
+#include "engine/prefix_cache.h"
 #include "engine/scheduler.h"
 #include "model/synthetic.h"
 #include "scheduler_util.h"
@@ -28,12 +30,16 @@ SyntheticSpec dspark_model() {
   return s;
 }
 
-std::unique_ptr<Engine> dspark_engine(const std::string& draft = "dspark") {
+EngineOptions dspark_options(const std::string& draft = "dspark") {
   EngineOptions o;
   o.draft = draft;
   o.max_seqs = 4;
   o.threads = 2;
-  return std::make_unique<Engine>(make_synthetic_source(dspark_model()), o);
+  return o;
+}
+
+std::unique_ptr<Engine> dspark_engine(const std::string& draft = "dspark") {
+  return std::make_unique<Engine>(make_synthetic_source(dspark_model()), dspark_options(draft));
 }
 
 std::vector<int32_t> prompt_of(int n, int salt) {
@@ -168,6 +174,86 @@ TEST(SpecDspark, ContextAfterAVerifyStepEqualsSingleSteps) {
     mag = std::max(mag, std::fabs(static_cast<double>(ba.base[i])));
   }
   EXPECT_LE(diff / mag, 1e-5);
+}
+
+// Rejection sampling with the DSpark drafts (q: the distribution each draft is drawn from,
+// Markov bias included): the second token's histogram over many seeds equals plain sampling's.
+TEST(SpecDspark, SampledOutputKeepsTheDistribution) {
+  auto e = dspark_engine();
+  const std::vector<int32_t> prompt = prompt_of(6, 5);
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 6;
+  const int runs = 800;
+  std::vector<std::vector<int32_t>> prompts(runs, prompt);
+  std::vector<SamplingParams> sp(runs, p);
+  for (int i = 0; i < runs; ++i) sp[static_cast<size_t>(i)].seed = 2000 + static_cast<uint64_t>(i);
+  SchedulerStats st;
+  const auto plain = test::run_all(*e, options(0, 0.0f), prompts, 3, sp, &st);
+  const auto spec = test::run_all(*e, options(2, 0.0f), prompts, 3, sp, &st);
+  EXPECT_GT(st.drafted_tokens, runs / 2);
+  EXPECT_GT(st.accepted_tokens, 0) << "no draft accepted: the acceptance branch went untested";
+  std::map<int32_t, std::pair<int, int>> counts;
+  for (int i = 0; i < runs; ++i) {
+    ++counts[plain[static_cast<size_t>(i)].tokens.at(1)].first;
+    ++counts[spec[static_cast<size_t>(i)].tokens.at(1)].second;
+  }
+  double x = 0;
+  int df = -1;
+  for (const auto& [tok, c] : counts) {
+    x += static_cast<double>((c.first - c.second) * (c.first - c.second)) / (c.first + c.second);
+    ++df;
+  }
+  ASSERT_GE(df, 3);
+  // Chi-square at p = 0.001 (Wilson-Hilferty).
+  const double z = 3.09, t = 1 - 2.0 / (9 * df) + z * std::sqrt(2.0 / (9 * df));
+  EXPECT_LT(x, df * t * t * t) << "second-token histograms differ (" << counts.size() << " tokens)";
+}
+
+// The taps over a layer split (cpu,cpu, pipelined micro-batches: the target layers on both
+// shards), a pool so small that drafting requests are preempted and recompute, and a prompt
+// restored from the prefix cache (the context restarts where the restored state ends): still
+// plain greedy's tokens.
+TEST(SpecDspark, GreedyEqualsPlainOverASplitUnderPreemptionAndFromTheCache) {
+  auto e = dspark_engine();
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(13, 1), prompt_of(21, 2), prompt_of(9, 3),
+                                                     prompt_of(17, 4)};
+  const std::vector<SamplingParams> sp(4, greedy());
+  const auto plain = test::run_all(*e, options(0, 0.0f), prompts, 40, sp);
+  EngineOptions so = dspark_options();
+  so.devices = {"cpu", "cpu"};
+  so.layer_split = {2, 2};
+  so.pipeline_micro_batches = 2;
+  Engine split(make_synthetic_source(dspark_model()), so);
+  ASSERT_NE(split.dspark(), nullptr);
+  SchedulerStats st;
+  const auto got = test::run_all(split, options(3, 0.0f), prompts, 40, sp, &st);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got[i].tokens, plain[i].tokens) << "split, request " << i;
+  EXPECT_GT(st.drafted_tokens, 0);
+  EngineOptions po = dspark_options();
+  {
+    const StateLayout& L = e->state_layout(0);
+    po.state_memory = 4 * L.slot_bytes + L.swa_blocks * L.swa_page_bytes + 14 * L.cmp_page_bytes;
+  }
+  Engine small(make_synthetic_source(dspark_model()), po);
+  const auto pre = test::run_all(small, options(4, 0.0f), prompts, 40, sp, &st);
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(pre[i].tokens, plain[i].tokens) << "preempted, request " << i;
+  EXPECT_GT(st.preemptions, 0);
+  EXPECT_GT(st.drafted_tokens, 0);
+  // From the prefix cache.
+  const std::vector<int32_t> first = prompt_of(19, 6);
+  std::vector<int32_t> second = first;
+  for (int i = 0; i < 7; ++i) second.push_back(static_cast<int32_t>(40 + i));
+  const auto want = test::run_all(*e, options(0, 0.0f), {second}, 20, {greedy()});
+  PrefixCache cache(*e, PrefixCacheOptions{});
+  SchedulerOptions o = options(3, 0.0f);
+  o.cache = &cache;
+  Scheduler s(*e, o);
+  test::generate(s, first, 5, greedy()).get();
+  const auto from_cache = test::generate(s, second, 20, greedy()).get();
+  EXPECT_EQ(from_cache.tokens, want[0].tokens);
+  EXPECT_GT(s.stats().cached_prompt_tokens, 0);
+  EXPECT_GT(s.stats().drafted_tokens, 0);
 }
 
 TEST(SpecDspark, AModelWithoutTheDrafterIsRefused) {
