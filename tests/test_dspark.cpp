@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "engine/cpu_ops.h"
 #include "engine/dspark.h"
@@ -213,6 +214,94 @@ TEST(Dspark, DrafterFileApartFromTheModel) {
     EXPECT_NE(std::string(err.what()).find("made for another model"), std::string::npos) << err.what();
   }
   for (const std::string& p : {main_path, d, other}) std::remove(p.c_str());
+}
+
+// The official checkpoint's naming (mtp.<s>.<official name>, F32 here) in an HF directory: the
+// tiny fixture's config.json with the dspark_* keys (the stage count counted from the tensors),
+// the drafter's tensors and the shared embedding and head: the same weights, the same block.
+TEST(Dspark, OfficialNamingInASafetensorsDirectory) {
+  SyntheticSpec spec = dspark_spec();
+  spec.layers = 6;
+  spec.vocab = 320;  // the tiny fixture's config
+  const auto mem = make_synthetic_source(spec);
+  const std::string dir = testing::TempDir() + "/hs_dspark_official";
+  std::filesystem::create_directories(dir);
+  std::string cfg;
+  {
+    std::ifstream f(std::string(HS_TEST_DATA) + "/tiny/config.json");
+    cfg.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::string key = "\"num_nextn_predict_layers\": 0";
+  const size_t at = cfg.find(key);
+  ASSERT_NE(at, std::string::npos);
+  cfg.replace(at, key.size(), "\"num_nextn_predict_layers\": 1, \"dspark_block_size\": 5, \"dspark_noise_token_id\": 319, "
+                              "\"dspark_target_layer_ids\": [3, 4, 5], \"dspark_markov_rank\": 8");
+  std::ofstream(dir + "/config.json") << cfg;
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<TensorSpec> specs = mem->dspark_specs();
+  for (const TensorSpec& t : model_tensor_specs(mem->config(), 0, 1, true, true))
+    if (t.name == "token_embd" || t.name == "output") specs.push_back(t);
+  for (const TensorSpec& t : specs) {
+    if (t.role == TensorRole::Experts) {
+      for (int64_t e = 0; e < t.shape[0]; ++e) {
+        std::string n = t.official;
+        n.replace(n.find("{e}"), 3, std::to_string(e));
+        tensors.emplace_back(n + ".weight", mem->read_expert_f32(t, e));
+        shapes.push_back({t.shape[1], t.shape[2]});
+      }
+    } else {
+      tensors.emplace_back(t.official, mem->read_f32(t));
+      shapes.push_back(t.shape);
+    }
+  }
+  std::string header = "{";
+  size_t off = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::string shape;
+    for (int64_t d : shapes[i]) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    const size_t n = tensors[i].second.size() * 4;
+    header += (i ? "," : "") + cat("\"", tensors[i].first, "\":{\"dtype\":\"F32\",\"shape\":[", shape,
+                                   "],\"data_offsets\":[", off, ",", off + n, "]}");
+    off += n;
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';
+  {
+    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
+    const uint64_t hn = header.size();
+    f.write(reinterpret_cast<const char*>(&hn), 8);
+    f << header;
+    for (const auto& t : tensors)
+      f.write(reinterpret_cast<const char*>(t.second.data()), static_cast<std::streamsize>(t.second.size() * 4));
+  }
+  const auto src = ModelSource::open(dir);
+  EXPECT_EQ(src->format(), "official");
+  EXPECT_EQ(src->config().dspark.stages, 3);
+  ASSERT_TRUE(src->has_dspark());
+  EXPECT_FALSE(src->has_mtp());
+  ASSERT_TRUE(src->validate_dspark().empty()) << src->validate_dspark().front();
+  const DsparkWeights got = load_dspark_weights(*src), want = load_dspark_weights(*mem);
+  EXPECT_EQ(got.main_proj.w, want.main_proj.w);
+  EXPECT_EQ(got.stages[1].wo_a.w, want.stages[1].wo_a.w);
+  EXPECT_EQ(got.stages[2].w2.w, want.stages[2].w2.w);
+  EXPECT_EQ(got.stages[0].gate_bias, want.stages[0].gate_bias);
+  EXPECT_EQ(got.hc_head.scale, want.hc_head.scale);
+  EXPECT_EQ(got.markov_w1.w, want.markov_w1.w);
+  EXPECT_EQ(got.confidence.w, want.confidence.w);
+  ThreadPool pool(2);
+  CpuOps ops(pool);
+  const Mat e1 = read_mat(*src, "token_embd"), h1 = read_mat(*src, "output");
+  const Mat e2 = read_mat(*mem, "token_embd"), h2 = read_mat(*mem, "output");
+  DsparkDrafter a(src->config(), load_dspark_weights(*src), ops, e1, h1, Numerics::Reference);
+  DsparkDrafter b(mem->config(), load_dspark_weights(*mem), ops, e2, h2, Numerics::Reference);
+  std::vector<float> taps(static_cast<size_t>(6 * a.tap_width()));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = std::cos(0.21f * static_cast<float>(i));
+  auto sa = a.new_sequence(), sb = b.new_sequence();
+  a.add_context(*sa, 0, taps.data(), 6);
+  b.add_context(*sb, 0, taps.data(), 6);
+  EXPECT_EQ(a.draft_block(*sa, 11).base, b.draft_block(*sb, 11).base);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Dspark, ForwardIsAFunctionOfTheContextAndTheBlock) {
