@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,19 @@ inline void copy_gguf(const std::string& from, const std::string& to, const std:
       std::memcpy(cut.back().data() + r * keep_cols * 4, f.tensor_data(t) + r * t.ne[0] * 4, static_cast<size_t>(keep_cols * 4));
     w.add_tensor(t.name, t.type, ne, cut.back().data(), cut.back().size());
   }
+  w.write(to);
+}
+
+// A copy of a GGUF with every tensor renamed by `rename` and general.architecture set to `arch`
+// (another converter's layout of the same weights).
+inline void copy_gguf_renamed(const std::string& from, const std::string& to,
+                              const std::function<std::string(const std::string&)>& rename, const std::string& arch) {
+  const gguf::File f(from);
+  gguf::Writer w;
+  for (const auto& k : f.keys())
+    if (k != "general.architecture") w.set(k, *f.find(k));
+  w.set_string("general.architecture", arch);
+  for (const auto& t : f.tensors()) w.add_tensor(rename(t.name), t.type, t.ne, f.tensor_data(t), t.nbytes);
   w.write(to);
 }
 

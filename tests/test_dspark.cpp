@@ -213,7 +213,39 @@ TEST(Dspark, DrafterFileApartFromTheModel) {
   } catch (const Error& err) {
     EXPECT_NE(std::string(err.what()).find("made for another model"), std::string::npos) << err.what();
   }
-  for (const std::string& p : {main_path, d, other}) std::remove(p.c_str());
+  // The same drafter in Lucebox's deepseek4-dflash-draft names (dflash.*, blk.<s>.*, output_*).
+  const std::string luce = temp("lucebox");
+  copy_gguf_renamed(d, luce, [](const std::string& n) {
+    const std::pair<const char*, const char*> table[] = {
+        {"mtp.0.main_proj.weight", "dflash.fc.weight"},
+        {"mtp.0.main_norm.weight", "dflash.hidden_norm.weight"},
+        {"mtp.2.norm.weight", "output_norm.weight"},
+        {"mtp.2.hc_head_fn.weight", "output_hc_fn.weight"},
+        {"mtp.2.hc_head_base.weight", "output_hc_base.weight"},
+        {"mtp.2.hc_head_scale.weight", "output_hc_scale.weight"},
+        {"mtp.2.markov_head.markov_w1.weight", "dflash.dspark.markov.w1.weight"},
+        {"mtp.2.markov_head.markov_w2.weight", "dflash.dspark.markov.w2.weight"},
+        {"mtp.2.confidence_head.proj.weight", "dflash.dspark.confidence.weight"}};
+    for (const auto& [from, to] : table)
+      if (n == from) return std::string(to);
+    EXPECT_EQ(n.rfind("mtp.", 0), 0u) << n;
+    return "blk." + n.substr(4);
+  }, "deepseek4-dflash-draft");
+  const auto lsrc = open_gguf_drafter(luce, make_synthetic_source(main_spec)->config());
+  EXPECT_EQ(lsrc->config().dspark.stages, 3);
+  ASSERT_TRUE(lsrc->has_dspark());
+  EXPECT_FALSE(lsrc->has_mtp());
+  const DsparkWeights lw = load_dspark_weights(*lsrc);
+  EXPECT_EQ(lw.main_proj.w, ref.main_proj.w);
+  EXPECT_EQ(lw.stages[1].wq_b.w, ref.stages[1].wq_b.w);
+  EXPECT_EQ(lw.hc_head.fn, ref.hc_head.fn);
+  EXPECT_EQ(lw.markov_w1.w, ref.markov_w1.w);
+  o.draft_model = luce;
+  {
+    Engine e(main_path, o);
+    EXPECT_NE(e.dspark(), nullptr);
+  }
+  for (const std::string& p : {main_path, d, other, luce}) std::remove(p.c_str());
 }
 
 // The official checkpoint's naming (mtp.<s>.<official name>, F32 here) in an HF directory: the

@@ -22,6 +22,7 @@ void Scheduler::dspark_context(Slot& s, int64_t p0, int64_t n) {
 }
 
 void Scheduler::make_dspark_drafts(Slot& s, int k) {
+  if (!engine_.dspark() || !s.seq->dspark) return;
   DsparkDrafter& d = *engine_.dspark();
   DsparkSequence& ds = *s.seq->dspark;
   // The context must end right before the last token (its position is n_past): otherwise (the

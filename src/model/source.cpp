@@ -86,6 +86,9 @@ std::vector<std::string> ModelSource::validate_dspark() const {
   if (!config_.dspark.any())
     return {cat(path_, ": no DSpark drafter (no dspark_block_size in its config): this model cannot draft with "
                 "--draft dspark")};
+  if (config_.dspark.stages == 0)
+    return {cat(path_, ": no DSpark stage tensors (mtp.0.attn.wq_a / mtp.0.attn_q_a): this model cannot draft with "
+                "--draft dspark")};
   try {
     config_.validate_dspark(config_.dspark.stages, cat(path_, ": DSpark drafter: "));
   } catch (const Error& e) {
