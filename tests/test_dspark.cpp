@@ -243,7 +243,17 @@ TEST(Dspark, DrafterFileApartFromTheModel) {
   o.draft_model = luce;
   {
     Engine e(main_path, o);
-    EXPECT_NE(e.dspark(), nullptr);
+    ASSERT_NE(e.dspark(), nullptr);
+    // The taps come from the drafter's keys (the model's own file has none).
+    auto seq = e.new_sequence();
+    const std::vector<int32_t> toks = {5, 9, 13};
+    std::vector<float> logits(3 * static_cast<size_t>(e.config().vocab_size)),
+        taps(3 * static_cast<size_t>(e.dspark()->tap_width()), 0.0f);
+    StepItem it{seq.get(), toks.data(), 3, logits.data(), true};
+    it.taps = taps.data();
+    e.step_batch({&it, 1});
+    EXPECT_NE(*std::max_element(taps.begin(), taps.end()), 0.0f);
+    EXPECT_NE(taps.back(), 0.0f) << "the last row's last tap";
   }
   for (const std::string& p : {main_path, d, other, luce}) std::remove(p.c_str());
 }

@@ -1,7 +1,7 @@
 #include "engine/engine.h"
 
-#include "engine/layer_split.h"
 #include "engine/dspark.h"
+#include "engine/layer_split.h"
 #include "engine/mtp.h"
 #include "engine/pipeline_runner.h"
 #ifdef HS_HAVE_CUDA
@@ -496,8 +496,8 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
       if (sh) sh->set_taps({}, {});
     }
   } clear{taps ? &sh : nullptr};
-  if (taps) {
-    const std::vector<int>& tl = config_.dspark.target_layers;
+  if (taps) {  // (the drafter's own taps: a drafter file's keys may be its alone)
+    const std::vector<int>& tl = dspark_->dspark().target_layers;
     const int64_t D = config_.dim, hc = config_.hc_mult, T = static_cast<int64_t>(tl.size());
     sh.set_taps(tl, [&, D, hc, T](int layer, const float* Xd, int64_t n) {
       const int64_t t = std::find(tl.begin(), tl.end(), layer) - tl.begin();

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "model/dspark_tensors.h"
-
 #include "util/error.h"
 #include "util/mmap.h"
 
