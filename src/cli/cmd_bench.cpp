@@ -275,11 +275,11 @@ int cmd_bench(const Args& args) {
   }
 
   nlohmann::ordered_json draft_json;
-  if (eng->drafter())
+  if (eng->drafter() || eng->dspark())
     draft_json = bench_draft(*eng, depths.empty() || depths.back() <= 0 ? 64 : depths.back(), std::max<int64_t>(reps, 5),
                              synthetic.has_value());
   else if (opts.draft == "auto")
-    std::printf("--draft auto: the model has no MTP block; no speculative decoding table\n\n");
+    std::printf("--draft auto: the model has no DSpark drafter or MTP block; no speculative decoding table\n\n");
 
   nlohmann::ordered_json cache_json;
   if (cache_n > 0) cache_json = bench_cache_turn(*eng, cache_n, cache_k, chunk, a.get_or("cache-dir", ""));

@@ -76,7 +76,8 @@ SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engin
   HS_CHECK(ds == "on" || ds == "off", "--device-sampling: expected on or off, got '", ds, "'");
   s.device_sampling = ds == "on";
   EngineOptions eo;
-  s.draft_max = engine.drafter() ? draft_options(a, eo) : 0;
+  s.draft_max = engine.drafter() || engine.dspark() ? draft_options(a, eo) : 0;
+  s.draft_confidence = draft_confidence(a);
   return s;
 }
 
@@ -245,11 +246,11 @@ int cmd_serve(const Args& args) {
                static_cast<long long>(pages.token_capacity), static_cast<double>(pages.bytes_per_token));
 
   if (sched_opts.draft_max > 0)
-    std::fprintf(stderr, "hyperstream serve: speculative decoding: MTP drafter, up to %d drafted tokens per step "
-                 "(adaptive)\n", sched_opts.draft_max);
+    std::fprintf(stderr, "hyperstream serve: speculative decoding: %s drafter, up to %d drafted tokens per step "
+                 "(adaptive)\n", model.engine->dspark() ? "DSpark" : "MTP", sched_opts.draft_max);
   else
     std::fprintf(stderr, "hyperstream serve: speculative decoding off%s\n",
-                 model_spec.engine.draft == "auto" ? " (--draft auto: the model has no MTP block)" : "");
+                 model_spec.engine.draft == "auto" ? " (--draft auto: the model has no DSpark drafter or MTP block)" : "");
   if (!cache) {
     std::fprintf(stderr, "hyperstream serve: prefix cache off\n");
   } else if (cache_opts.dir.empty()) {

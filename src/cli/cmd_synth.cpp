@@ -21,15 +21,16 @@ int cmd_synth(const Args& args) {
       {"quant", true, "f32, q8, mxfp4, q2, q4k or native (default f32)", "MIX"},
       {"seed", true, "random seed of the weights (default 1)", "S"},
       {"vocab", true, "vocabulary size (default: tiny the synthetic tokenizer's, flash/pro 129280)", "V"},
-      {"draft", true, "mtp: also write an MTP block (speculative decoding) of the real layout (dspark: not yet)", "KIND"},
+      {"draft", true, "mtp: also write an MTP block (speculative decoding) of the real layout; dspark: a DSpark "
+       "drafter (V4-Flash-0731's: 3 stages, blocks of 5, the last three layers tapped) in ds4's mtp.<s>.* names", "KIND"},
       {"draft-layout", true, "how the MTP block is named: nextn (llama.cpp's converter, blk.<n>.*, default), "
        "nextn-counted (the same counted in block_count, Unsloth) or mtp0 (antirez's mtp.0.*)", "L"},
-      {"draft-only", false, "with --draft mtp: write the drafter alone, an MTP-only file for --draft-model"},
+      {"draft-only", false, "with --draft: write the drafter alone (with the model's metadata), a file for --draft-model"},
   };
   ParsedArgs a("synth", args, specs);
   if (a.help()) {
     print_help(
-        "synth", "[--preset tiny|flash|pro] [--layers N] [--quant q2|q4k|mxfp4|q8|native|f32] [--seed S] [--draft mtp [--draft-layout nextn|nextn-counted|mtp0]] OUT.gguf",
+        "synth", "[--preset tiny|flash|pro] [--layers N] [--quant q2|q4k|mxfp4|q8|native|f32] [--seed S] [--draft mtp [--draft-layout nextn|nextn-counted|mtp0] | --draft dspark] OUT.gguf",
         "Writes a DeepSeek-V4 GGUF with deterministic random weights in the real architecture, with llama.cpp's\n"
         "deepseek4 keys, a small byte-level BPE tokenizer holding every DS4 special token, and the V4 chat\n"
         "template. Quant mixes: q8 = all matrices Q8_0; mxfp4 / q4k = experts MXFP4 / Q4_K, other matrices\n"
@@ -51,12 +52,14 @@ int cmd_synth(const Args& args) {
   s.seed = static_cast<uint64_t>(seed);
   s.vocab = a.get_int("vocab", -1);
   s.draft = a.get_or("draft", "");
-  HS_CHECK(s.draft.empty() || s.draft == "mtp", "--draft: synth writes mtp drafters only (got '", s.draft,
-           "'; dspark is not implemented yet)");
+  HS_CHECK(s.draft.empty() || s.draft == "mtp" || s.draft == "dspark", "--draft: synth writes mtp or dspark "
+           "drafters (got '", s.draft, "')");
+  HS_CHECK(!a.has("draft-layout") || s.draft == "mtp", "--draft-layout is for --draft mtp (a DSpark drafter is "
+           "written in ds4's layout)");
   HS_CHECK(!a.has("draft-layout") || !s.draft.empty(), "--draft-layout needs --draft mtp");
   s.draft_layout = a.get_or("draft-layout", "nextn");
   s.draft_only = a.has("draft-only");
-  HS_CHECK(!s.draft_only || !s.draft.empty(), "--draft-only needs --draft mtp");
+  HS_CHECK(!s.draft_only || !s.draft.empty(), "--draft-only needs --draft mtp or dspark");
   const std::string& out = a.positionals()[0];
   const ModelConfig c = synthetic_config(s);  // reports a bad preset/quant/layers before any work
 
@@ -69,7 +72,7 @@ int cmd_synth(const Args& args) {
   if (bar) bar->done();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("wrote %s: %s, %d layers%s, vocab %lld, quant %s, seed %llu, %.1f MiB in %.1f s\n", out.c_str(),
-              s.preset.c_str(), c.n_layers, s.draft.empty() ? "" : (" + MTP (" + s.draft_layout + ")").c_str(), static_cast<long long>(c.vocab_size), s.quant.c_str(),
+              s.preset.c_str(), c.n_layers, s.draft.empty() ? "" : s.draft == "dspark" ? " + DSpark (3 stages)" : (" + MTP (" + s.draft_layout + ")").c_str(), static_cast<long long>(c.vocab_size), s.quant.c_str(),
               static_cast<unsigned long long>(s.seed), static_cast<double>(std::filesystem::file_size(out)) / (1 << 20),
               secs);
   if (s.draft_only) return 0;  // (no main model to check)

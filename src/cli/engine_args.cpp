@@ -58,27 +58,36 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
 std::vector<OptionSpec> draft_option_specs() {
   return {
       {"draft", true, "speculative decoding with the model's own drafter: mtp (its MTP block; an error without one), "
-       "auto (mtp when the model has one) or off (default). Lossless: greedy output is plain decode's, sampled "
-       "output has its distribution", "KIND"},
+       "dspark (its DSpark drafter, V4-Flash-0731; the same), auto (dspark, else mtp, when the model has one) or off "
+       "(default). Lossless: greedy output is plain decode's, sampled output has its distribution", "KIND"},
       {"draft-model", true, "the drafter from a file apart from the model: an MTP-only GGUF (antirez's MTP file, "
        "llama.cpp's); it must be made for this model (implies --draft mtp)", "PATH"},
       {"draft-max", true, "most tokens drafted and verified per step and sequence, 1..16 (default 3; the length adapts "
-       "to each request's acceptance)", "N"},
+       "to each request's acceptance, for DSpark to its confidence head, at most its block)", "N"},
+      {"draft-confidence", true, "DSpark: verify the drafts up to the first whose confidence is below this, 0..1 "
+       "(default 0.5; 0: the whole block)", "C"},
   };
 }
 
 int draft_options(const ParsedArgs& a, EngineOptions& engine) {
   engine.draft = parse_draft_kind(a.get_or("draft", a.has("draft-model") ? "mtp" : "off"));
   engine.draft_model = a.get_or("draft-model", "");
-  HS_CHECK(engine.draft_model.empty() || engine.draft != "off", "--draft-model needs --draft mtp or auto");
+  HS_CHECK(engine.draft_model.empty() || engine.draft != "off", "--draft-model needs --draft mtp, dspark or auto");
   if (engine.draft == "off") {
-    HS_CHECK(!a.has("draft-max"), "--draft-max needs --draft mtp or auto");
+    HS_CHECK(!a.has("draft-max"), "--draft-max needs --draft mtp, dspark or auto");
+    HS_CHECK(!a.has("draft-confidence"), "--draft-confidence needs --draft dspark or auto");
     return 0;
   }
   const long long k = a.get_int("draft-max", 3);
   HS_CHECK(k >= 1 && k <= engine.max_rollback, "--draft-max ", k, ": expected 1..", engine.max_rollback,
            " drafted tokens per step (what the state pools can roll back); --draft off for none");
   return static_cast<int>(k);
+}
+
+float draft_confidence(const ParsedArgs& a) {
+  const double c = a.get_double("draft-confidence", 0.5);
+  HS_CHECK(c >= 0.0 && c <= 1.0, "--draft-confidence ", c, ": expected 0..1 (0: verify the whole block)");
+  return static_cast<float>(c);
 }
 
 std::vector<OptionSpec> distributed_option_specs() {

@@ -23,6 +23,8 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
 // [1, max_rollback].
 std::vector<OptionSpec> draft_option_specs();
 int draft_options(const ParsedArgs& a, EngineOptions& engine);
+// --draft-confidence (DSpark's verify-length threshold), checked: 0..1, default 0.5.
+float draft_confidence(const ParsedArgs& a);
 
 // The options of one rank of a multi-process pipeline: --rank, --world, --coordinator,
 // --dist-timeout (docs/multi-gpu.md).

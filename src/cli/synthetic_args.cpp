@@ -26,14 +26,15 @@ std::optional<SyntheticSpec> synthetic_spec_from(const ParsedArgs& a, const Engi
     s = builtin_spec();
     s.layers = static_cast<int>(a.get_int("layers", s.layers));
     s.quant = a.get_or("quant", s.quant);
-    if (engine.draft == "mtp") s.draft = "mtp";
+    if (engine.draft == "mtp" || engine.draft == "dspark") s.draft = engine.draft;
     synthetic_config(s);
     return s;
   }
   s.layers = static_cast<int>(a.get_int("layers", -1));
   s.quant = a.get_or("quant", "mxfp4");
   s.device_fill = on_device && s.preset != "tiny";
-  if (engine.draft == "mtp") s.draft = "mtp";  // a synthetic model has an MTP block when asked to draft with it
+  // A synthetic model has the drafter it is asked to draft with.
+  if (engine.draft == "mtp" || engine.draft == "dspark") s.draft = engine.draft;
   synthetic_config(s);  // a bad preset, layer count or quant fails here, before anything loads
   return s;
 }

@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include "engine/dspark.h"
 #include "engine/layer_split.h"
 #include "engine/mtp.h"
 #include "engine/pipeline_runner.h"
@@ -64,12 +65,12 @@ void Sequence::reset() {
   for (auto& s : shards) s->reset();
   if (draft) draft->reset();
   draft_offset = 0;
+  if (dspark) dspark->reset();
 }
 
 std::string parse_draft_kind(const std::string& s) {
-  if (s == "auto" || s == "mtp" || s == "off") return s;
-  if (s == "dspark") fail("--draft dspark: the DSpark drafter is not implemented yet (use mtp, auto or off)");
-  fail("--draft: expected auto, mtp or off, got '", s, "'");
+  if (s == "auto" || s == "mtp" || s == "dspark" || s == "off") return s;
+  fail("--draft: expected auto, mtp, dspark or off, got '", s, "'");
 }
 
 Engine::Engine(const std::string& model_path, const EngineOptions& opts)
@@ -108,10 +109,21 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   HS_CHECK(opts.expert_top_k >= 0, "--expert-top-k must be positive (0: the model's), got ", opts.expert_top_k);
   const std::string draft = parse_draft_kind(opts.draft);
   HS_CHECK(opts.draft_model.empty() || draft != "off", "a drafter file (", opts.draft_model,
-           ") needs --draft mtp or auto");
+           ") needs --draft mtp, dspark or auto");
   if (!opts.draft_model.empty()) draft_source_ = open_gguf_drafter(opts.draft_model, config_);
   const ModelSource& draft_src = draft_source_ ? *draft_source_ : *source_;
-  const bool want_mtp = draft == "mtp" || (draft == "auto" && draft_src.has_mtp());
+  // auto: DSpark first (V4-Flash-0731 ships it; its stages also sit under mtp.<s>.*).
+  const bool want_dspark = draft == "dspark" || (draft == "auto" && draft_src.has_dspark());
+  const bool want_mtp = !want_dspark && (draft == "mtp" || (draft == "auto" && draft_src.has_mtp()));
+  if (want_dspark && opts.only_shard < 0) {
+    auto problems = draft_src.validate_dspark();
+    if (!problems.empty()) {
+      std::string msg = cat("--draft ", draft, ": ", draft_src.path(), ": the DSpark drafter cannot be used (",
+                            problems.size(), " problem(s)):");
+      for (size_t i = 0; i < problems.size() && i < 8; ++i) msg += "\n  " + problems[i];
+      fail(msg);
+    }
+  }
   if (want_mtp && opts.only_shard < 0) {  // the tensors are checked before any weight is loaded
     auto problems = draft_src.validate_mtp();
     if (!problems.empty()) {
@@ -179,7 +191,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     shards_[i]->init_state(po);
   }
   shard_offset_ = std::max(opts.only_shard, 0);
-  if (want_mtp && opts.only_shard < 0) {
+  if ((want_mtp || want_dspark) && opts.only_shard < 0) {
     Shard& last = *shards_.back();
     Ops& ops = last.ops();
     const Mat* embed = &shards_.front()->embedding();
@@ -195,6 +207,19 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
         }
       embed = &draft_embed_;
     }
+    const ModelSource& dsrc = draft_source_ ? *draft_source_ : *source_;
+    if (want_dspark) {
+      ModelConfig dc = config_;  // (the expert count as overridden) with the drafter's own keys
+      dc.dspark = dsrc.config().dspark;
+      dspark_ = std::make_unique<DsparkDrafter>(dc, load_dspark_weights(dsrc, ops.weight_form(),
+                                                                         [&ops](Mat& m) { ops.adopt_weight(m); }),
+                                                ops, *embed, last.head(), opts.numerics);
+    }
+  }
+  if (want_mtp && opts.only_shard < 0) {
+    Shard& last = *shards_.back();
+    Ops& ops = last.ops();
+    const Mat* embed = &shards_.front()->ops() == &ops ? &shards_.front()->embedding() : &draft_embed_;
     StatePoolOptions po;
     po.slots = opts.max_seqs;
     po.max_context = opts.max_context;
@@ -255,6 +280,7 @@ std::unique_ptr<Sequence> Engine::new_sequence() const {
   auto s = std::make_unique<Sequence>();
   for (const auto& sh : shards_) s->shards.push_back(sh->new_sequence());
   if (drafter_) s->draft = drafter_->new_sequence();
+  if (dspark_) s->dspark = dspark_->new_sequence();
   return s;
 }
 
@@ -398,6 +424,7 @@ void Engine::check_items(std::span<const StepItem> items) const {
     HS_CHECK(it.seq->shards.size() == shards_.size(), what, "sequence has ", it.seq->shards.size(),
              " shard states, engine has ", shards_.size(), " shards");
     HS_CHECK(it.n > 0 && it.tokens != nullptr, what, "step needs at least one token");
+    HS_CHECK(!it.taps || dspark_, what, "DSpark taps asked for, but this engine has no DSpark drafter");
     HS_CHECK(!it.output || it.logits != nullptr || (it.sample && can_sample()), what,
              "no buffer for the logits given");
     if (it.output && it.sample) {
@@ -459,6 +486,38 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
   }
   std::vector<SeqRows> seqs;
   for (const StepItem& it : mb.items) seqs.push_back({it.seq->shards[s].get(), it.tokens, it.n});
+  // The DSpark taps: the items' rows of the HC state after each target layer on this shard,
+  // averaged over the hc streams (through host memory).
+  bool taps = false;
+  for (const StepItem& it : mb.items) taps |= it.taps != nullptr;
+  struct ClearTaps {
+    Shard* sh;
+    ~ClearTaps() {
+      if (sh) sh->set_taps({}, {});
+    }
+  } clear{taps ? &sh : nullptr};
+  if (taps) {  // (the drafter's own taps: a drafter file's keys may be its alone)
+    const std::vector<int>& tl = dspark_->dspark().target_layers;
+    const int64_t D = config_.dim, hc = config_.hc_mult, T = static_cast<int64_t>(tl.size());
+    sh.set_taps(tl, [&, D, hc, T](int layer, const float* Xd, int64_t n) {
+      const int64_t t = std::find(tl.begin(), tl.end(), layer) - tl.begin();
+      std::vector<float> host(static_cast<size_t>(n * hc * D));
+      ops.download(host.data(), Xd, n * hc * D);
+      int64_t row = 0;
+      for (const StepItem& it : mb.items) {
+        for (int64_t r = 0; it.taps && r < it.n; ++r) {
+          const float* x = host.data() + (row + r) * hc * D;
+          float* out = it.taps + (r * T + t) * D;
+          for (int64_t d = 0; d < D; ++d) {
+            double sum = 0;
+            for (int64_t j = 0; j < hc; ++j) sum += x[j * D + d];
+            out[d] = static_cast<float>(sum / static_cast<double>(hc));
+          }
+        }
+        row += it.n;
+      }
+    });
+  }
   sh.forward_batch(seqs, X, mb.pad);
   if (s + 1 < shards_.size() && mb.X[s + 1].backend != X.backend) {
     Ops& next = shards_[s + 1]->ops();

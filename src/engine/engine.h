@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/cpu_ops.h"
+#include "engine/dspark.h"
 #include "engine/shard.h"
 #include "model/source.h"
 #include "util/thread_pool.h"
@@ -54,8 +55,9 @@ struct EngineOptions {
   int64_t max_context = 0;
   int64_t state_memory = 0;
   int max_rollback = 16;
-  // The speculative-decoding drafter (engine/mtp.h): "off", "mtp" (the model's MTP block; an
-  // error when it has none or it does not fit the model), "auto" (mtp when the model has one).
+  // The speculative-decoding drafter (engine/mtp.h, engine/dspark.h): "off", "mtp" (the model's
+  // MTP block; an error when it has none or it does not fit the model), "dspark" (its DSpark
+  // drafter, the same), "auto" (dspark when the model has one, else mtp when it has that).
   // It runs on the last shard's backend.
   std::string draft = "off";
   // A drafter file apart from the model (an MTP-only GGUF: antirez's, llama.cpp's); empty: the
@@ -63,7 +65,7 @@ struct EngineOptions {
   std::string draft_model;
 };
 
-// "auto" | "mtp" | "off" (the --draft option); errors name the value.
+// "auto" | "mtp" | "dspark" | "off" (the --draft option); errors name the value.
 std::string parse_draft_kind(const std::string& s);
 
 // "reference" | "model" (the --numerics option); errors name the value.
@@ -86,6 +88,9 @@ struct Sequence {
   // continues the model's state at p with token p + 1, at position p - draft_offset.
   std::unique_ptr<SequenceState> draft;
   int64_t draft_offset = 0;
+  // The DSpark drafter's state (Engine::dspark(); null without one): context rows of committed
+  // positions only, so it never rolls back.
+  std::unique_ptr<DsparkSequence> dspark;
   int64_t n_past() const { return shards.empty() ? 0 : shards.front()->n_past(); }
   void reset();
 };
@@ -113,6 +118,7 @@ struct EngineStateStats {
 
 class PipelineRunner;
 class MtpDrafter;
+class DsparkDrafter;
 
 // A request to sample an item's last position on the last shard's backend (StepItem::sample):
 // `spec` in; `sampled`, `token` out. sampled = true: token holds the id and the item's logits
@@ -140,6 +146,10 @@ struct StepItem {
   // Optional: the final HC state [n, hc * D] of every row (host memory; before hc_head), what
   // the MTP drafter takes as its input (engine/mtp.h). Written whether or not `output` is.
   float* hidden = nullptr;
+  // Optional: the DSpark drafter's taps of every row [n, T * D] (host memory): the mean over the
+  // hc streams of the HC state after each of config().dspark.target_layers (engine/dspark.h).
+  // Written whether or not `output` is; steps with taps do not run as captured graphs.
+  float* taps = nullptr;
 };
 
 class Engine {
@@ -190,6 +200,8 @@ class Engine {
   int micro_batches() const { return micro_batches_; }
   // The MTP drafter (EngineOptions::draft), or null.
   MtpDrafter* drafter() const { return drafter_.get(); }
+  // The DSpark drafter (EngineOptions::draft dspark, or auto on a model with one), or null.
+  DsparkDrafter* dspark() const { return dspark_.get(); }
   // Whether this engine holds the whole pipeline (embedding to output head).
   bool complete() const;
   // Decode steps as CUDA graphs (engine/step_graphs.h), summed over this engine's shards.
@@ -239,6 +251,7 @@ class Engine {
   std::unique_ptr<ModelSource> draft_source_;  // EngineOptions::draft_model
   Mat draft_embed_;  // the drafter's copy of the embedding when shard 0 is on another backend
   std::unique_ptr<MtpDrafter> drafter_;
+  std::unique_ptr<DsparkDrafter> dspark_;
   std::unique_ptr<PipelineRunner> runner_;  // last: its threads stop before anything they use goes
 };
 

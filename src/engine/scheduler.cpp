@@ -361,6 +361,10 @@ void Scheduler::step_once() {
         s->hidden.resize(static_cast<size_t>(n * per));
         item.hidden = s->hidden.data();
       }
+      if (s->feeds_dspark(engine_)) {  // the DSpark drafter's context: every row's taps
+        s->taps.resize(static_cast<size_t>(n * engine_.dspark()->tap_width()));
+        item.taps = s->taps.data();
+      }
       // A chunk before the feed's last, or a recompute's last, has no head to run.
       item.output = left == 0 || (n == static_cast<int64_t>(left) && s->feed_samples);
       // The step that ends the prompt, and every decode step, samples a token: on the device
@@ -439,6 +443,9 @@ void Scheduler::step_once() {
   for (size_t i = 0; i < stepped.size(); ++i) {
     Slot& s = *stepped[i];
     if (s.drafts.empty()) keep_rows(s, items[i], s.feed_done < s.feed.size());
+    // A prompt chunk's or a decode step's rows are committed: into the DSpark context (a verify
+    // step's accepted ones go in verify()).
+    if (s.drafts.empty() && items[i].taps) dspark_context(s, s.seq->n_past() - items[i].n, items[i].n);
     if (s.feed_done < s.feed.size()) {
       s.feed_done += static_cast<size_t>(items[i].n);
       const auto& pts = s.req.cache_points;

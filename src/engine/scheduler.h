@@ -93,6 +93,9 @@ struct SchedulerOptions {
   // request's acceptance); 0: off. At most the engine's rollback (EngineOptions::max_rollback).
   // Requests with penalties, logprobs, a constraint, forced or overridden tokens do not draft.
   int draft_max = 0;
+  // The DSpark drafter's verify length (docs/speculative.md): drafts up to the first whose
+  // confidence sigmoid is below this (0: the whole block, capped by draft_max).
+  float draft_confidence = 0.5f;
 };
 
 struct SchedulerStats {
@@ -147,6 +150,10 @@ class Scheduler {
   void make_drafts(const std::vector<Slot*>& live);             // this step's drafts of the decoders
   void feed_drafter(const std::vector<Slot*>& slots);           // complete pending rows into the drafter
   void keep_rows(Slot& s, const StepItem& item, bool prefill);  // a step's rows become pending drafter rows
+  // The DSpark drafter (scheduler_dspark.cpp): a block of at most k drafts for s; rows p0..p0+n-1
+  // of this step (their taps, Slot::taps) committed into its context.
+  void make_dspark_drafts(Slot& s, int k);
+  void dspark_context(Slot& s, int64_t p0, int64_t n);
   void verify(Slot& s);                                         // acceptance, rollback, the tokens out
 
   Engine& engine_;

@@ -30,7 +30,7 @@ void align(Sequence& seq, int64_t pos) {
 }  // namespace
 
 bool Scheduler::may_draft(const GenerationRequest& q) const {
-  if (opts_.draft_max <= 0 || (!engine_.drafter() && !q.test_drafts)) return false;
+  if (opts_.draft_max <= 0 || (!engine_.drafter() && !engine_.dspark() && !q.test_drafts)) return false;
   const SamplingParams& p = q.sampling;
   return !q.logprobs && p.top_logprobs == 0 && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f &&
          !q.constraint && !q.forced_token && !q.override_token;
@@ -76,7 +76,8 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
     s->drafts.clear();
     s->draft_probs.clear();
     if (!s->drafting || s->feed_done < s->feed.size()) continue;
-    int k = s->req.test_drafts ? opts_.draft_max : s->draft_len->next();
+    // (DSpark: its confidence head picks the length, make_dspark_drafts.)
+    int k = s->req.test_drafts || s->feeds_dspark(engine_) ? opts_.draft_max : s->draft_len->next();
     // No drafts past what the request may still generate or the context can hold.
     k = static_cast<int>(std::min<int64_t>({k, s->req.max_tokens - s->generated() - 1,
                                             opts_.ctx_size - s->seq->n_past() - 1}));
@@ -90,6 +91,10 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
         HS_CHECK(t >= 0 && t < V, "test_drafts: token ", t, " is outside the vocabulary");
         s->draft_probs[i * static_cast<size_t>(V) + static_cast<size_t>(t)] = 1.0f;
       }
+      continue;
+    }
+    if (s->feeds_dspark(engine_)) {
+      make_dspark_drafts(*s, k);
       continue;
     }
     if (!engine_.drafter() || s->pend_n == 0) continue;  // (no row to continue from yet)
@@ -171,6 +176,7 @@ void Scheduler::verify(Slot& s) {
     s.pend_hidden.assign(s.hidden.begin(), s.hidden.begin() + (a + 1) * per);
     s.pend_tokens.assign(s.drafts.begin(), s.drafts.begin() + a);
   }
+  if (s.feeds_dspark(engine_)) dspark_context(s, N, a + 1);  // the last token and the accepted drafts
   if (!s.req.test_drafts) s.draft_len->observe(k, a);
   {
     std::lock_guard<std::mutex> lk(mu_);

@@ -39,6 +39,7 @@ struct Scheduler::Slot {
   std::vector<int32_t> verify;       // [last, drafts...]: the verify step's tokens
   std::vector<float> verify_logits;  // [1 + drafts, vocab]
   std::vector<float> hidden;         // this step's rows' final HC states (StepItem::hidden)
+  std::vector<float> taps;           // this step's rows' DSpark taps (StepItem::taps)
   std::vector<float> pend_hidden;
   std::vector<int32_t> pend_tokens;
   int64_t pend_pos = 0, pend_n = 0;
@@ -53,6 +54,8 @@ struct Scheduler::Slot {
   // Whether its rows go to the drafter (a drafting request on an engine with a drafter; the
   // test hook's drafts need none).
   bool feeds_drafter(const Engine& e) const { return e.drafter() && drafting && !req.test_drafts; }
+  // The same for the DSpark drafter: every committed row's taps go into its context.
+  bool feeds_dspark(const Engine& e) const { return e.dspark() && drafting && !req.test_drafts; }
   // Whether this step's rows are kept for it (the model's HC states downloaded): always for a
   // verify step (verify() keeps them), else not while the draft length has backed off, so
   // failing drafts cost no drafter pass and no download a step.

@@ -1,5 +1,7 @@
 #include "engine/shard.h"
 
+#include "engine/attn_parts.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -85,35 +87,18 @@ void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
 // attention and the ring run per sequence on its rows (they read and write its state).
 void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, float* y) {
   const ModelConfig& c = config_;
-  const int64_t n = b.n, H = c.n_heads, hd = c.head_dim, D = c.dim;
+  const int64_t n = b.n, H = c.n_heads, hd = c.head_dim;
   const RopeTable& rope = c.ratio(L.layer) == 0 ? rope_main_ : rope_compress_;
   const int64_t* pos = b.pos.data();
   // FP8 linears quantise their input; the BF16/F32 ones (compressor, indexer weights) do not.
-  const float* x = x_in;
-  if (model()) {
-    float* xq = ops_.alloc(n * D);
-    ops_.act_quant_fp8_copy(xq, x_in, n, D, false);
-    x = xq;
-  }
-
+  const AttnCtx a_ctx{ops_, c, L, rope, pos, n, model()};
+  const float* x = attn_linear_input(a_ctx, x_in);
   // Query: low-rank with q_norm (c_q is kept for the indexer), per-head RMS, RoPE on the tail.
-  float* cq = ops_.alloc(n * c.q_lora_rank);
-  ops_.matmul(L.wq_a, x, n, cq);
-  norm_bf16(cq, L.q_norm, n, cq);
-  float* cq_in = cq;
-  if (model()) {
-    cq_in = ops_.alloc(n * c.q_lora_rank);
-    ops_.act_quant_fp8_copy(cq_in, cq, n, c.q_lora_rank, false);
-  }
   float* q = ops_.alloc(n * H * hd);
-  ops_.matmul(L.wq_b, cq_in, n, q);
-  ops_.rmsnorm_unweighted_bf16(q, n * H, hd, c.norm_eps, rounding(true, false));
-  ops_.rope_bf16(q, n, H, hd, rope, pos, +1, rounding(false, true));
+  const float* cq_in = attn_query(a_ctx, x, q);
   // The single shared K = V row of each token.
   float* kv = ops_.alloc(n * hd);
-  ops_.matmul(L.wkv, x, n, kv);
-  norm_bf16(kv, L.kv_norm, n, kv);
-  ops_.rope(kv, n, 1, hd, rope, pos, +1);
+  attn_kv(a_ctx, x, kv);
   const int li = L.layer - w_.begin;
   // Into the pool in its row form (under model numerics that is the FP8 round trip), then this
   // step's rows as attention reads them.
@@ -149,22 +134,17 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   if (L.has_indexer) {
     ops_.compressor_update(*pool_, li, true, L.idx_comp, ia, ig, c.norm_eps, rope, numerics_);
     ops_.indexer_topk(*pool_, li, iq, iw, static_cast<int>(IH), ID, static_cast<int>(K), selected);
-    if (tap_) {
+    if (indexer_tap_) {
       // int32 indices travel as raw 4-byte words through the float transfers.
       std::vector<int32_t> sel(static_cast<size_t>(n * K));
       ops_.download(reinterpret_cast<float*>(sel.data()), reinterpret_cast<const float*>(selected), n * K);
-      tap_(L.layer, std::span<const int64_t>(pos, static_cast<size_t>(b.n_real)), sel, static_cast<int>(K));
+      indexer_tap_(L.layer, std::span<const int64_t>(pos, static_cast<size_t>(b.n_real)), sel, static_cast<int>(K));
       ops_.upload(reinterpret_cast<float*>(selected), reinterpret_cast<const float*>(sel.data()), n * K);
     }
   }
   ops_.attention(*pool_, li, q, c, kv, L.has_compressor, selected, static_cast<int>(K), L.sinks, o);
   // Undo the RoPE that V (= K) carried, then the grouped low-rank output projection.
-  ops_.rope_bf16(o, n, H, hd, rope, pos, -1, rounding(true, true));
-  float* r = ops_.alloc(n * c.o_groups * c.o_lora_rank);
-  ops_.grouped_matmul(L.wo_a, c.o_groups, o, n, r);
-  if (model()) ops_.act_quant_fp8_copy(r, r, n, c.o_groups * c.o_lora_rank, true);  // bf16(r), then FP8
-  ops_.matmul(L.wo_b, r, n, y);
-  bf16(y, n * D);
+  attn_output(a_ctx, o, y);
 }
 
 void Shard::forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad) {
@@ -227,7 +207,7 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad) 
   } end{ops_};
   // A decode step (one row per sequence) may run as a captured graph (step_graphs.h).
   bool done = false;
-  if (rows.decode && !observer_ && !tap_) done = graphs_.run(b.n, X, [&] { layers(b, X); });
+  if (rows.decode && !observer_ && !tap_ && !indexer_tap_) done = graphs_.run(b.n, X, [&] { layers(b, X); });
   if (!done) layers(b, X);
   for (const SeqRows& s : seqs) pool_->advance(*s.state, s.n);
 }
@@ -251,6 +231,7 @@ void Shard::layers(const Batch& b, float* X) {
     norm_bf16(u, L.ffn_norm, n, xn);
     ops_.moe(L, c, xn, b.tokens.data(), n, numerics_, y);
     hc_post(y, post, comb, n, X);
+    if (tap_ && std::find(tap_layers_.begin(), tap_layers_.end(), L.layer) != tap_layers_.end()) tap_(L.layer, X, n);
     ops_.release_to(mark);
   }
 }

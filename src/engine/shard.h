@@ -89,7 +89,13 @@ class Shard {
   // Lets a test tell selection differences (near-equal scores at the cut) from arithmetic
   // ones (tests/test_long_context.cpp). A step with a tap runs op by op (no graphs).
   using IndexerTap = std::function<void(int layer, std::span<const int64_t> pos, std::vector<int32_t>& sel, int K)>;
-  void set_indexer_tap(IndexerTap f) { tap_ = std::move(f); }
+  void set_indexer_tap(IndexerTap f) { indexer_tap_ = std::move(f); }
+  // Called with the HC state after each layer of `layers` that is this shard's (the DSpark
+  // drafter's taps, Engine::run_stage); steps run without captured graphs while it is set.
+  void set_taps(std::vector<int> layers, LayerObserver f) {
+    tap_layers_ = std::move(layers);
+    tap_ = std::move(f);
+  }
   // Weight bytes one decode token reads in this shard on its backend: every dense matrix and
   // vector, k of the E experts of each stack, one embedding row, the whole output head.
   int64_t weight_bytes_per_token() const;
@@ -125,7 +131,9 @@ class Shard {
   Numerics numerics_;
   RopeTable rope_main_, rope_compress_;
   LayerObserver observer_;
-  IndexerTap tap_;
+  IndexerTap indexer_tap_;
+  std::vector<int> tap_layers_;
+  LayerObserver tap_;
   std::unique_ptr<StatePool> pool_;  // before graphs_: the graphs name its buffers
   StepGraphs graphs_;  // its graphs name this shard's weights, pool and scratch
 };

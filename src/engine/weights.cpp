@@ -157,6 +157,30 @@ MtpWeights load_mtp_weights(const ModelSource& src, WeightForm form, const Adopt
   return w;
 }
 
+DsparkWeights load_dspark_weights(const ModelSource& src, WeightForm form, const AdoptWeight& adopt) {
+  fail_problems(src, src.validate_dspark());
+  Loader ld{src, form, adopt, {}};
+  bool bias = false;
+  for (auto& s : src.dspark_specs()) {
+    bias |= s.name == "dspark.confidence_bias";
+    ld.specs.emplace(s.name, s);
+  }
+  const ModelConfig& c = src.config();
+  const int S = c.dspark.stages;
+  const ModelConfig m = c.with_dspark_layers(S);
+  DsparkWeights w;
+  w.main_proj = ld.mat("dspark.main_proj");
+  w.main_norm = ld.vec("dspark.main_norm");
+  for (int s = 0; s < S; ++s) w.stages.push_back(load_layer(ld, m, c.n_layers + s, cat("dspark.", s, ".")));
+  w.norm = ld.vec("dspark.norm");
+  w.hc_head = ld.hc("dspark.hc_head");
+  w.markov_w1 = ld.mat("dspark.markov_w1");
+  w.markov_w2 = ld.mat("dspark.markov_w2");
+  w.confidence = ld.mat("dspark.confidence");
+  if (bias) w.confidence_bias = ld.vec("dspark.confidence_bias").at(0);
+  return w;
+}
+
 ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool with_embed, bool with_head,
                                 WeightForm form, const AdoptWeight& adopt) {
   const ModelConfig& c = src.config();

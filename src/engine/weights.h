@@ -73,6 +73,20 @@ struct MtpWeights {
   LayerWeights block;
 };
 
+// The DSpark drafter (docs/speculative.md): stage s is layer n_layers + s of
+// config.with_dspark_layers(stages); the embedding and output head are the main model's.
+struct DsparkWeights {
+  Mat main_proj;                      // [D, T * D]
+  std::vector<float> main_norm;       // [D]
+  std::vector<LayerWeights> stages;
+  std::vector<float> norm;            // the last stage's final RMSNorm [D]
+  HcWeights hc_head;
+  Mat markov_w1;                      // [V, R], a table (Ops::embed rows)
+  Mat markov_w2;                      // [V, R]: R -> V
+  Mat confidence;                     // [1, D + R]
+  float confidence_bias = 0.0f;       // 0 where the checkpoint has none (V4)
+};
+
 // Loads and validates (every tensor present with the right shape and an allowed type)
 // the weights of layers [begin, end) plus the embedding and/or output head. `adopt`, when
 // given, is called on every matrix right after it is read (the backend uploads it).
@@ -83,5 +97,9 @@ ShardWeights load_shard_weights(const ModelSource& src, int begin, int end, bool
 // The MTP block of src, validated like the main model's layers (a missing or mis-shaped
 // tensor is an error naming it; none at all says the model has no MTP block).
 MtpWeights load_mtp_weights(const ModelSource& src, WeightForm form = WeightForm::F32, const AdoptWeight& adopt = {});
+// The DSpark drafter of src, validated (validate_dspark: its config against the model, then
+// every tensor; an error names each problem).
+DsparkWeights load_dspark_weights(const ModelSource& src, WeightForm form = WeightForm::F32,
+                                  const AdoptWeight& adopt = {});
 
 }  // namespace hs

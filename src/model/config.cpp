@@ -125,6 +125,32 @@ ModelConfig ModelConfig::with_mtp_layer() const {
   return c;
 }
 
+ModelConfig ModelConfig::with_dspark_layers(int stages) const {
+  ModelConfig c = *this;
+  for (int s = 0; s < stages; ++s) c.compress_ratios.push_back(0);
+  c.n_layers += stages;
+  return c;
+}
+
+void ModelConfig::validate_dspark(int stages, const std::string& what) const {
+  const DsparkConfig& d = dspark;
+  HS_CHECK(stages >= 1 && stages <= 16, what, "DSpark stages = ", stages, " (expected 1..16)");
+  HS_CHECK(d.block >= 1 && d.block <= 16, what, "dspark_block_size = ", d.block, " (expected 1..16)");
+  HS_CHECK(d.noise_token >= 0 && d.noise_token < vocab_size, what, "dspark_noise_token_id = ", d.noise_token,
+           " is not a token id of this model [0, ", vocab_size, ")");
+  HS_CHECK(d.markov_rank >= 1 && d.markov_rank <= 65536, what, "dspark_markov_rank = ", d.markov_rank,
+           " (expected 1..65536)");
+  HS_CHECK(!d.target_layers.empty() && d.target_layers.size() <= 16, what, "dspark_target_layer_ids has ",
+           d.target_layers.size(), " entries (expected 1..16)");
+  for (size_t i = 0; i < d.target_layers.size(); ++i) {
+    const int l = d.target_layers[i];
+    HS_CHECK(l >= 0 && l < n_layers, what, "dspark_target_layer_ids[", i, "] = ", l, " is not a layer of this model [0, ",
+             n_layers, ")");
+    HS_CHECK(i == 0 || l > d.target_layers[i - 1], what, "dspark_target_layer_ids must be strictly ascending (",
+             d.target_layers[i - 1], " then ", l, ")");
+  }
+}
+
 std::string ModelConfig::layer_schedule() const {
   std::ostringstream os;
   for (int l = 0; l < n_layers; ++l) {
@@ -239,6 +265,16 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& path
   c.bos_token_id = get_num_or<int>(j, "bos_token_id", 0, path);
   c.eos_token_id = get_num_or<int>(j, "eos_token_id", 1, path);
   c.n_mtp_layers = get_num_or<int>(j, "num_nextn_predict_layers", 0, path);
+  // DSpark (V4-Flash-0731): the stage count is not in config.json (its num_nextn_predict_layers
+  // says 1); the source counts the mtp.N stages.
+  c.dspark.block = get_num_or<int>(j, "dspark_block_size", 0, path);
+  c.dspark.noise_token = get_num_or<int>(j, "dspark_noise_token_id", -1, path);
+  c.dspark.markov_rank = get_num_or<int>(j, "dspark_markov_rank", 0, path);
+  if (j.contains("dspark_target_layer_ids") && j["dspark_target_layer_ids"].is_array()) {
+    const auto& ids = j["dspark_target_layer_ids"];
+    for (size_t i = 0; i < ids.size(); ++i)
+      c.dspark.target_layers.push_back(num_as<int>(ids[i], cat("dspark_target_layer_ids[", i, "]"), path));
+  }
   if (j.contains("scoring_func") && j["scoring_func"].is_string()) {
     std::string sf = j["scoring_func"].get<std::string>();
     HS_CHECK(sf == "sqrtsoftplus", path, ": scoring_func '", sf, "' is not supported (expected sqrtsoftplus)");

@@ -21,6 +21,16 @@ struct YarnParams {
   float beta_slow = 1.0f;
 };
 
+// The DSpark drafter's hyper-parameters (docs/speculative.md "Config"); block == 0: none.
+struct DsparkConfig {
+  int stages = 0;                  // V4 blocks (0: not said; the source counts its stages)
+  int block = 0;                   // dspark_block_size: drafts per block
+  int noise_token = -1;            // dspark_noise_token_id: the block's filler token
+  int markov_rank = 0;             // dspark_markov_rank
+  std::vector<int> target_layers;  // dspark_target_layer_ids: the taps, ascending
+  bool any() const { return block > 0; }
+};
+
 struct ModelConfig {
   std::string source;            // "hf-config", "gguf" — for messages
   int64_t vocab_size = 0;
@@ -57,6 +67,7 @@ struct ModelConfig {
   int eos_token_id = 1;
   int n_mtp_layers = 0;
   int mtp_ratio = 0;             // the MTP block's compress ratio (the schedule's extra entry; 0 = SWA)
+  DsparkConfig dspark;
 
   int ratio(int layer) const { return compress_ratios.at(static_cast<size_t>(layer)); }
   AttnKind kind(int layer) const;
@@ -69,6 +80,13 @@ struct ModelConfig {
   // The config of the MTP block as one more layer (index n_layers) after the main stack: the
   // drafter runs it through the same Shard code (engine/mtp.h).
   ModelConfig with_mtp_layer() const;
+  // The config with the DSpark stages as layers n_layers .. n_layers + stages - 1 (ratio 0,
+  // score-routed), so their tensors are named and shaped like any layer's (engine/dspark.h).
+  ModelConfig with_dspark_layers(int stages) const;
+  // Throws naming the field when dspark does not fit this model (target layers outside
+  // [0, n_layers) or not ascending, noise token outside the vocabulary, block outside 1..16,
+  // rank < 1, stages outside 1..16). `what` prefixes the message.
+  void validate_dspark(int stages, const std::string& what) const;
 
   // Throws hs::Error naming the field and value when the config is inconsistent: sizes out of
   // range, token ids outside the vocabulary, non-finite scales, or tensor shapes whose
@@ -83,5 +101,7 @@ struct ModelConfig {
 ModelConfig config_from_hf_json(const std::string& json_text, const std::string& path);
 ModelConfig config_from_hf_dir(const std::string& dir);
 ModelConfig config_from_gguf(const gguf::File& f);
+// The DSpark keys under prefix p ("deepseek4.") into d (keys absent: d unchanged).
+void read_dspark_keys(const gguf::File& f, const std::string& p, DsparkConfig& d);
 
 }  // namespace hs

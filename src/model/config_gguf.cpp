@@ -9,6 +9,27 @@
 
 namespace hs {
 
+void read_dspark_keys(const gguf::File& f, const std::string& p, DsparkConfig& d) {
+  auto u32 = [&](const char* k, int dflt) {
+    const std::string key = p + k;
+    if (!f.has(key)) return dflt;
+    const uint64_t v = f.get_u32(key);
+    HS_CHECK(v <= static_cast<uint64_t>(INT32_MAX), f.path(), ": key ", key, " = ", v, ": out of range");
+    return static_cast<int>(v);
+  };
+  d.stages = u32("dspark.stage_count", d.stages);
+  d.block = u32("dspark.block_size", d.block);
+  d.noise_token = u32("dspark.noise_token_id", d.noise_token);
+  d.markov_rank = u32("dspark.markov_rank", d.markov_rank);
+  if (f.has(p + "dspark.target_layer_ids")) {
+    d.target_layers.clear();
+    for (int64_t v : f.get_int_array(p + "dspark.target_layer_ids")) {
+      HS_CHECK(v >= 0 && v <= INT32_MAX, f.path(), ": key ", p, "dspark.target_layer_ids: entry ", v, " out of range");
+      d.target_layers.push_back(static_cast<int>(v));
+    }
+  }
+}
+
 ModelConfig config_from_gguf(const gguf::File& f) {
   const std::string arch = f.has("general.architecture") ? f.get_string("general.architecture") : "";
   HS_CHECK(arch == "deepseek4", f.path(), ": general.architecture is '", arch, "', expected 'deepseek4'");
@@ -133,6 +154,7 @@ ModelConfig config_from_gguf(const gguf::File& f) {
     *field = as_int(key, id);
   }
   c.validate();
+  read_dspark_keys(f, p, c.dspark);
   return c;
 }
 

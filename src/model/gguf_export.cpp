@@ -44,6 +44,14 @@ void write_config_metadata(const ModelConfig& c, gguf::Writer& w, bool mtp_count
   std::vector<int32_t> ratios(c.compress_ratios.begin(), c.compress_ratios.end());
   if (c.n_mtp_layers > 0) ratios.push_back(c.mtp_ratio);  // the official schedule's MTP entry
   w.set_i32_array(p + "attention.compress_ratios", ratios);
+  if (c.dspark.any()) {  // the DSpark drafter's keys (ours: docs/speculative.md "Config")
+    u32("dspark.stage_count", c.dspark.stages);
+    u32("dspark.block_size", c.dspark.block);
+    u32("dspark.noise_token_id", c.dspark.noise_token);
+    u32("dspark.markov_rank", c.dspark.markov_rank);
+    w.set_i32_array(p + "dspark.target_layer_ids",
+                    std::vector<int32_t>(c.dspark.target_layers.begin(), c.dspark.target_layers.end()));
+  }
   u32("attention.indexer.head_count", c.index_n_heads);
   u32("attention.indexer.key_length", c.index_head_dim);
   u32("attention.indexer.top_k", c.index_topk);

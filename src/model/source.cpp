@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/dspark_tensors.h"
 #include "util/error.h"
 #include "util/mmap.h"
 
@@ -43,6 +44,8 @@ std::vector<TensorSpec> ModelSource::mtp_specs() const {
     std::vector<TensorSpec> specs = mtp_tensor_specs(config_, fused);
     if (!storage_type(specs.front()).empty()) return specs;  // e_proj, or eh_proj
   }
+  // A DSpark drafter also keeps V4 blocks under mtp.<s>.*: that is not a partial MTP block.
+  if (has_dspark()) return {};
   std::vector<TensorSpec> specs = mtp_tensor_specs(config_, false);
   for (const TensorSpec& s : specs)
     if (!storage_type(s).empty()) return specs;
@@ -60,6 +63,46 @@ std::vector<std::string> ModelSource::validate_mtp() const {
       check(spec);
     } catch (const Error& e) {
       problems.push_back(cat(e.what(), " (MTP block)"));
+    }
+  }
+  return problems;
+}
+
+std::vector<TensorSpec> ModelSource::dspark_specs() const {
+  if (!config_.dspark.any() || config_.dspark.stages < 1 || config_.dspark.markov_rank < 1 ||
+      config_.dspark.target_layers.empty())
+    return {};
+  for (bool bias : {true, false}) {
+    std::vector<TensorSpec> specs = dspark_tensor_specs(config_, config_.dspark.stages, bias);
+    if (bias && storage_type(specs.back()).empty()) continue;  // no confidence bias stored
+    if (storage_type(specs.front()).empty()) return {};        // no main_proj: no DSpark drafter
+    return specs;
+  }
+  return {};
+}
+
+std::vector<std::string> ModelSource::validate_dspark() const {
+  if (!config_.dspark.any())
+    return {cat(path_, ": no DSpark drafter (no dspark_block_size in its config): this model cannot draft with "
+                "--draft dspark")};
+  if (config_.dspark.stages == 0)
+    return {cat(path_, ": no DSpark stage tensors (mtp.0.attn.wq_a / mtp.0.attn_q_a): this model cannot draft with "
+                "--draft dspark")};
+  try {
+    config_.validate_dspark(config_.dspark.stages, cat(path_, ": DSpark drafter: "));
+  } catch (const Error& e) {
+    return {e.what()};
+  }
+  const std::vector<TensorSpec> specs = dspark_specs();
+  if (specs.empty())
+    return {cat(path_, ": no DSpark tensors (mtp.0.main_proj, or dflash.fc in a Lucebox drafter file): this model "
+                "cannot draft with --draft dspark")};
+  std::vector<std::string> problems;
+  for (const auto& spec : specs) {
+    try {
+      check(spec);
+    } catch (const Error& e) {
+      problems.push_back(cat(e.what(), " (DSpark drafter)"));
     }
   }
   return problems;

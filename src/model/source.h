@@ -99,6 +99,13 @@ class ModelSource {
   // Checks every MTP tensor (presence, shape against the main model's config, type); one
   // message per problem, or one saying there is no MTP block.
   std::vector<std::string> validate_mtp() const;
+  // The DSpark drafter (docs/speculative.md): its inventory for the stages this source holds
+  // (config().dspark.stages, counted from the tensors where the config does not say); empty when
+  // it has no DSpark tensor (no main_proj). validate_dspark(): the config checked against the
+  // model, then every tensor; one message per problem.
+  std::vector<TensorSpec> dspark_specs() const;
+  bool has_dspark() const { return !dspark_specs().empty(); }
+  std::vector<std::string> validate_dspark() const;
 
  protected:
   ModelConfig config_;

@@ -9,6 +9,7 @@
 #include "format/gguf.h"
 #include "format/quants.h"
 #include "model/source.h"
+#include "model/dspark_tensors.h"
 #include "util/error.h"
 #include "util/mmap.h"
 
@@ -32,6 +33,7 @@ class GgufSource : public ModelSource {
   explicit GgufSource(const std::string& path) : f_(path) {
     path_ = path;
     config_ = config_from_gguf(f_);
+    find_dspark();
   }
   // A drafter file for `main` (an MTP-only GGUF): its tensors are read under main's config, and
   // what its metadata says about the model it was made for must be main.
@@ -39,6 +41,11 @@ class GgufSource : public ModelSource {
     path_ = path;
     config_ = main;
     check_drafter_metadata();
+    // A DSpark drafter file's own keys (ours under deepseek4., or under its architecture's prefix).
+    config_.dspark = DsparkConfig{};
+    read_dspark_keys(f_, "deepseek4.", config_.dspark);
+    if (f_.has("general.architecture")) read_dspark_keys(f_, f_.get_string("general.architecture") + ".", config_.dspark);
+    find_dspark();
   }
 
   std::string format() const override { return "gguf"; }
@@ -59,6 +66,12 @@ class GgufSource : public ModelSource {
 
   void check(const TensorSpec& spec) const override {
     const gguf::TensorInfo* t = find(spec);
+    if (!t && spec.name.rfind("dspark.", 0) == 0) {
+      std::string tried;
+      for (const std::string& n : dspark_gguf_names(spec.name, config_.dspark.stages, lucebox_))
+        tried += (tried.empty() ? "" : ", ") + n;
+      fail(path_, ": missing DSpark tensor ", spec.name, " (looked for ", tried, ")");
+    }
     if (!t && spec.name.rfind("mtp.", 0) == 0) {
       std::string tried;
       for (const std::string& n : mtp_gguf_names(spec.name, config_.n_layers)) tried += (tried.empty() ? "" : ", ") + n;
@@ -150,9 +163,11 @@ class GgufSource : public ModelSource {
  private:
   void check_drafter_metadata() {
     const std::string p = "deepseek4.";
-    if (f_.has("general.architecture"))
-      HS_CHECK(f_.get_string("general.architecture") == "deepseek4", path_, ": general.architecture is '",
-               f_.get_string("general.architecture"), "', not a DeepSeek-V4 drafter");
+    if (f_.has("general.architecture")) {
+      const std::string arch = f_.get_string("general.architecture");
+      HS_CHECK(arch == "deepseek4" || arch == "deepseek4-dflash-draft", path_, ": general.architecture is '", arch,
+               "', not a DeepSeek-V4 drafter");
+    }
     const ModelConfig& c = config_;
     const std::pair<const char*, int64_t> keys[] = {
         {"embedding_length", c.dim},           {"vocab_size", c.vocab_size},
@@ -175,6 +190,10 @@ class GgufSource : public ModelSource {
     // llama.cpp's MTP-only file holds the block as its last block (block_count = layers + 1).
     if (f_.has(p + "block_count")) {
       const int64_t blocks = static_cast<int64_t>(f_.get_u64(p + "block_count"));
+      // A DSpark drafter taps the model's layers by index: it is made for one layer count.
+      if (f_.find_tensor("mtp.0.main_proj.weight"))
+        HS_CHECK(blocks == c.n_layers, path_, ": this drafter was made for another model: its DSpark taps are for ",
+                 blocks, " layers, the model has ", c.n_layers);
       if (f_.find_tensor(cat("blk.", blocks - 1, ".nextn.eh_proj.weight")))
         HS_CHECK(blocks - 1 == c.n_layers, path_, ": this drafter was made for another model: its MTP block is layer ",
                  blocks - 1, ", the model has ", c.n_layers, " layers");
@@ -187,10 +206,22 @@ class GgufSource : public ModelSource {
 
   // MTP tensors ("mtp.*") are looked up under every layout GGUFs use (mtp_gguf_names).
   const gguf::TensorInfo* find(const TensorSpec& spec) const {
-    for (const std::string& name : mtp_gguf_names(spec.name, config_.n_layers))
+    const bool dspark = spec.name.rfind("dspark.", 0) == 0;
+    for (const std::string& name : dspark ? dspark_gguf_names(spec.name, config_.dspark.stages, lucebox_)
+                                          : mtp_gguf_names(spec.name, config_.n_layers))
       for (const char* suffix : {".weight", ".bias", ""})
         if (const auto* t = f_.find_tensor(name + suffix)) return t;
     return nullptr;
+  }
+
+  // Which DSpark layout the file has (Lucebox's when dflash.fc is there) and, where its keys
+  // do not say, how many stages: the stage blocks stored, counted from 0.
+  void find_dspark() {
+    lucebox_ = f_.find_tensor("dflash.fc.weight") != nullptr;
+    if (!config_.dspark.any() || config_.dspark.stages > 0) return;
+    int s = 0;
+    while (s < 16 && f_.find_tensor(cat(lucebox_ ? "blk." : "mtp.", s, ".attn_q_a.weight"))) ++s;
+    config_.dspark.stages = s;
   }
 
   // Errors from the block decoders (a ROCm NaN scale byte) get the tensor and row named.
@@ -205,6 +236,7 @@ class GgufSource : public ModelSource {
   }
 
   gguf::File f_;
+  bool lucebox_ = false;  // DSpark tensors under Lucebox's names (find_dspark)
 };
 
 }  // namespace

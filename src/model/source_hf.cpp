@@ -49,6 +49,12 @@ class HfSource : public ModelSource {
     else if (!st_.find("model.embed_tokens.weight") && !st_.find("model.layers.0.self_attn.q_a_proj.weight"))
       fail(dir, ": neither HF-transformers names (model.embed_tokens.weight) nor official DeepSeek names "
                 "(embed.weight) found in the safetensors");
+    // The DSpark stages (their count is not in config.json): mtp.0, mtp.1, ... that hold a block.
+    if (official_ && config_.dspark.any() && config_.dspark.stages == 0) {
+      int s = 0;
+      while (s < 16 && st_.find(cat("mtp.", s, ".attn.wq_a.weight"))) ++s;
+      config_.dspark.stages = s;
+    }
   }
 
   std::string format() const override { return official_ ? "official" : "hf"; }

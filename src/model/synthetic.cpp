@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "model/dspark_tensors.h"
 #include "model/synthetic_impl.h"
 #include "util/error.h"
 #include "util/thread_pool.h"
@@ -72,9 +73,12 @@ class SyntheticSource : public ModelSource {
     config_ = synthetic_config(spec);
     path_ = config_.source;
     std::vector<TensorSpec> specs = model_tensor_specs(config_, 0, config_.n_layers, true, true);
-    if (!spec.draft.empty()) {
+    if (spec.draft == "mtp") {
       const auto mtp = mtp_tensor_specs(config_, spec.draft_layout != "mtp0");
       specs.insert(specs.end(), mtp.begin(), mtp.end());
+    } else if (spec.draft == "dspark") {
+      const auto d = dspark_tensor_specs(config_, config_.dspark.stages);
+      specs.insert(specs.end(), d.begin(), d.end());
     }
     for (auto& s : specs) {
       order_.push_back(s.name);
@@ -187,13 +191,22 @@ ModelConfig synthetic_config(const SyntheticSpec& spec) {
   } else if (tiny) {
     c.vocab_size = synthetic_tokenizer_size();
   }
-  HS_CHECK(spec.draft.empty() || spec.draft == "mtp", "synthetic model: draft '", spec.draft,
-           "' is not a drafter synth can make (expected mtp; dspark is not implemented yet)");
+  HS_CHECK(spec.draft.empty() || spec.draft == "mtp" || spec.draft == "dspark", "synthetic model: draft '",
+           spec.draft, "' is not a drafter synth can make (expected mtp or dspark)");
   HS_CHECK(spec.draft_layout == "nextn" || spec.draft_layout == "nextn-counted" || spec.draft_layout == "mtp0",
            "synthetic model: draft layout '", spec.draft_layout, "' (expected nextn, nextn-counted or mtp0)");
-  if (!spec.draft.empty()) {
+  if (spec.draft == "mtp") {
     c.n_mtp_layers = 1;
     c.mtp_ratio = 0;  // Flash and Pro: the MTP block is SWA-only
+  } else if (spec.draft == "dspark") {
+    // V4-Flash-0731's drafter (docs/speculative.md): 3 stages, blocks of 5, the last three
+    // layers tapped, rank 256, noise token 128799; the tiny preset at rank 8.
+    c.dspark.stages = 3;
+    c.dspark.block = 5;
+    c.dspark.markov_rank = tiny ? 8 : 256;
+    c.dspark.noise_token = c.vocab_size > 128799 ? 128799 : static_cast<int>(c.vocab_size - 1);
+    for (int l = std::max(0, c.n_layers - 3); l < c.n_layers; ++l) c.dspark.target_layers.push_back(l);
+    c.validate_dspark(c.dspark.stages, "synthetic model: ");
   }
   c.source = cat("synthetic:", spec.preset, "/", spec.quant, "/seed=", spec.seed);
   c.validate();

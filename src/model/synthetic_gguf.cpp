@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "format/gguf.h"
+#include "model/dspark_tensors.h"
 #include "model/data/chat_template_v4.h"
 #include "model/gguf_export.h"
 #include "model/synthetic.h"
@@ -142,13 +143,20 @@ void write_synthetic_gguf(const SyntheticSpec& spec, const std::string& path, co
   const synth::Quant quant = synth::parse_quant(spec.quant);
   gguf::Writer w;
   write_synthetic_metadata(spec, w);
-  HS_CHECK(!spec.draft_only || !spec.draft.empty(), "synthetic model: a drafter-only file needs a drafter (draft mtp)");
+  HS_CHECK(!spec.draft_only || !spec.draft.empty(), "synthetic model: a drafter-only file needs a drafter (draft mtp or dspark)");
   std::vector<TensorSpec> specs;
   if (!spec.draft_only) specs = model_tensor_specs(c, 0, c.n_layers, true, true);
   std::vector<std::string> names;  // GGUF names (values are generated from the canonical ones)
   for (const TensorSpec& s : specs) names.push_back(synth::gguf_name(s));
   const bool mtp0 = spec.draft_layout == "mtp0";
-  if (!spec.draft.empty())
+  if (spec.draft == "dspark")  // ds4's layout: mtp.<s>.* (dspark_gguf_names)
+    for (TensorSpec& s : dspark_tensor_specs(c, c.dspark.stages)) {
+      const std::string n = dspark_gguf_names(s.name, c.dspark.stages, false).at(0);
+      const bool suffixed = n.ends_with(".weight") || n.ends_with(".bias");
+      names.push_back(suffixed ? n : n + (n.ends_with("exp_probs_b") ? ".bias" : ".weight"));
+      specs.push_back(std::move(s));
+    }
+  if (spec.draft == "mtp")
     for (TensorSpec& s : mtp_tensor_specs(c, !mtp0)) {
       // The name in the layout asked for (mtp_gguf_names: antirez's mtp.0.<x>, blk.<n>.<x>,
       // blk.<n>.nextn.<x>): llama.cpp's converter keeps the e/h norms, eh_proj, the head norm

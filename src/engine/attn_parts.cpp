@@ -1,0 +1,53 @@
+#include "engine/attn_parts.h"
+
+namespace hs {
+
+namespace {
+Ops::Bf16Round rounding(const AttnCtx& a, bool in, bool out) {
+  return a.model ? Ops::Bf16Round{in, out} : Ops::Bf16Round{};
+}
+}  // namespace
+
+const float* attn_linear_input(const AttnCtx& a, const float* x_in) {
+  if (!a.model) return x_in;
+  float* xq = a.ops.alloc(a.n * a.c.dim);
+  a.ops.act_quant_fp8_copy(xq, x_in, a.n, a.c.dim, false);
+  return xq;
+}
+
+const float* attn_query(const AttnCtx& a, const float* x, float* q) {
+  const ModelConfig& c = a.c;
+  const int64_t n = a.n, H = c.n_heads, hd = c.head_dim;
+  float* cq = a.ops.alloc(n * c.q_lora_rank);
+  a.ops.matmul(a.L.wq_a, x, n, cq);
+  a.ops.rmsnorm_bf16(cq, a.L.q_norm, n, c.norm_eps, cq, rounding(a, true, true));
+  float* cq_in = cq;
+  if (a.model) {
+    cq_in = a.ops.alloc(n * c.q_lora_rank);
+    a.ops.act_quant_fp8_copy(cq_in, cq, n, c.q_lora_rank, false);
+  }
+  a.ops.matmul(a.L.wq_b, cq_in, n, q);
+  a.ops.rmsnorm_unweighted_bf16(q, n * H, hd, c.norm_eps, rounding(a, true, false));
+  a.ops.rope_bf16(q, n, H, hd, a.rope, a.pos, +1, rounding(a, false, true));
+  return cq_in;
+}
+
+void attn_kv(const AttnCtx& a, const float* x, float* kv) {
+  const int64_t hd = a.c.head_dim;
+  a.ops.matmul(a.L.wkv, x, a.n, kv);
+  a.ops.rmsnorm_bf16(kv, a.L.kv_norm, a.n, a.c.norm_eps, kv, rounding(a, true, true));
+  a.ops.rope(kv, a.n, 1, hd, a.rope, a.pos, +1);
+}
+
+void attn_output(const AttnCtx& a, float* o, float* y) {
+  const ModelConfig& c = a.c;
+  const int64_t n = a.n;
+  a.ops.rope_bf16(o, n, c.n_heads, c.head_dim, a.rope, a.pos, -1, rounding(a, true, true));
+  float* r = a.ops.alloc(n * c.o_groups * c.o_lora_rank);
+  a.ops.grouped_matmul(a.L.wo_a, c.o_groups, o, n, r);
+  if (a.model) a.ops.act_quant_fp8_copy(r, r, n, c.o_groups * c.o_lora_rank, true);  // bf16(r), then FP8
+  a.ops.matmul(a.L.wo_b, r, n, y);
+  if (a.model) a.ops.round_bf16(y, n * c.dim);
+}
+
+}  // namespace hs

@@ -1,0 +1,33 @@
+// The row-wise parts of a V4 attention sub-layer (ds4-model-spec.md §5), shared by the model's
+// layers (Shard::attention) and the DSpark drafter's stages (engine/dspark.h), which differ only
+// in where the keys come from. Under model numerics the BF16/FP8 points of §9; under reference
+// numerics everything stays f32. Every call runs over n rows at host positions pos[n].
+#pragma once
+#include <cstdint>
+
+#include "engine/ops.h"
+
+namespace hs {
+
+struct AttnCtx {
+  Ops& ops;
+  const ModelConfig& c;
+  const LayerWeights& L;
+  const RopeTable& rope;
+  const int64_t* pos;
+  int64_t n;
+  bool model;  // Numerics::Model
+};
+
+// The FP8-quantised copy of the sub-layer's input the FP8 linears take (x itself in reference
+// numerics); scratch from a.ops.
+const float* attn_linear_input(const AttnCtx& a, const float* x_in);
+// Query: c_q = q_norm(wq_a x) [n, q_lora_rank] (returned: the input of wq_b, which the indexer
+// shares), q = RoPE(rms(wq_b c_q)) [n, H, hd].
+const float* attn_query(const AttnCtx& a, const float* x, float* q);
+// The shared K = V row of each token: RoPE(kv_norm(wkv x)) [n, hd] (before any KV round trip).
+void attn_kv(const AttnCtx& a, const float* x, float* kv);
+// Output: inverse RoPE of o [n, H, hd] (in place), the grouped low-rank wo_a, then wo_b into y [n, D].
+void attn_output(const AttnCtx& a, float* o, float* y);
+
+}  // namespace hs

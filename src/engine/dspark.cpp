@@ -1,0 +1,184 @@
+#include "engine/dspark.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/attn_parts.h"
+#include "kernels/cpu/ops.h"
+#include "util/error.h"
+
+namespace hs {
+
+namespace {
+struct Scratch {  // returns the backend's scratch on the way out
+  Ops& ops;
+  size_t mark;
+  explicit Scratch(Ops& o) : ops(o), mark(o.mark()) {}
+  ~Scratch() { ops.release_to(mark); }
+};
+}  // namespace
+
+void DsparkSequence::reset() {
+  for (auto& r : ring) std::fill(r.begin(), r.end(), 0.0f);
+  std::fill(ring_pos.begin(), ring_pos.end(), -1);
+  next = 0;
+  rows = 0;
+}
+
+DsparkDrafter::DsparkDrafter(const ModelConfig& main, DsparkWeights w, Ops& ops, const Mat& embed, const Mat& head,
+                             Numerics numerics)
+    : c_(main.with_dspark_layers(main.dspark.stages)), n_main_(main.n_layers), w_(std::move(w)), ops_(ops),
+      embed_(embed), head_(head), numerics_(numerics) {
+  main.validate_dspark(main.dspark.stages, "DSpark drafter: ");
+  HS_CHECK(static_cast<int>(w_.stages.size()) == main.dspark.stages, "internal: DSpark weights of ", w_.stages.size(),
+           " stages, config says ", main.dspark.stages);
+  HS_CHECK(embed_.rows == main.vocab_size && embed_.cols == main.dim && head_.rows == main.vocab_size &&
+               head_.cols == main.dim,
+           "internal: the DSpark drafter needs the main model's embedding and head");
+  // The stages are ratio-0 layers: the main RoPE table (rope_theta, no YaRN).
+  rope_ = {c_.rope_dim, cpu::rope_inv_freq(c_.rope_dim, c_.rope_theta)};
+}
+
+std::unique_ptr<DsparkSequence> DsparkDrafter::new_sequence() const {
+  auto s = std::make_unique<DsparkSequence>();
+  s->ring.assign(static_cast<size_t>(c_.dspark.stages),
+                 std::vector<float>(static_cast<size_t>(c_.window * c_.head_dim), 0.0f));
+  s->ring_pos.assign(static_cast<size_t>(c_.window), -1);
+  return s;
+}
+
+void DsparkDrafter::add_context(DsparkSequence& s, int64_t p0, const float* taps, int64_t n) {
+  HS_CHECK(n >= 1 && taps && p0 >= 0, "DSpark drafter: context rows need taps and a position");
+  if (p0 != s.next) {  // not the continuation: start afresh at p0
+    s.reset();
+    s.next = p0;
+  }
+  const int64_t D = c_.dim, hd = c_.head_dim, W = c_.window, T = tap_width();
+  Scratch scratch(ops_);
+  const Ops::Bf16Round both = model() ? Ops::Bf16Round{true, true} : Ops::Bf16Round{};
+  float* t = ops_.alloc(n * T);
+  ops_.upload(t, taps, n * T);
+  // main_x = main_norm(main_proj · taps) (an FP8 linear under model numerics).
+  if (model()) ops_.act_quant_fp8_copy(t, t, n, T, true);
+  float* mx = ops_.alloc(n * D);
+  ops_.matmul(w_.main_proj, t, n, mx);
+  ops_.rmsnorm_bf16(mx, w_.main_norm, n, c_.norm_eps, mx, both);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = p0 + i;
+  float* kv = ops_.alloc(n * hd);
+  std::vector<float> host(static_cast<size_t>(n * hd));
+  for (size_t st = 0; st < w_.stages.size(); ++st) {
+    // Each stage's own wkv / kv_norm over the shared main_x: its context K = V rows.
+    const AttnCtx a{ops_, c_, w_.stages[st], rope_, pos.data(), n, model()};
+    attn_kv(a, attn_linear_input(a, mx), kv);
+    if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c_.rope_dim);
+    ops_.download(host.data(), kv, n * hd);
+    for (int64_t i = std::max<int64_t>(0, n - W); i < n; ++i)
+      std::copy_n(host.data() + i * hd, hd, s.ring[st].data() + ((p0 + i) % W) * hd);
+  }
+  for (int64_t i = std::max<int64_t>(0, n - W); i < n; ++i) s.ring_pos[static_cast<size_t>((p0 + i) % W)] = p0 + i;
+  s.next = p0 + n;
+  s.rows = std::min(W, s.rows + n);
+}
+
+DsparkBlock DsparkDrafter::draft_block(const DsparkSequence& s, int32_t anchor) {
+  HS_CHECK(s.rows > 0, "DSpark drafter: a block needs context rows first");
+  HS_CHECK(anchor >= 0 && anchor < c_.vocab_size, "DSpark drafter: anchor token ", anchor, " is outside the vocabulary");
+  const int64_t B = c_.dspark.block, D = c_.dim, hc = c_.hc_mult, per = hc * D, H = c_.n_heads, hd = c_.head_dim;
+  const int64_t V = c_.vocab_size, W = c_.window;
+  DsparkBlock b;
+  b.p = s.next - 1;
+  b.anchor = anchor;
+  Scratch scratch(ops_);
+  const Ops::Bf16Round both = model() ? Ops::Bf16Round{true, true} : Ops::Bf16Round{};
+  std::vector<int32_t> tokens(static_cast<size_t>(B), c_.dspark.noise_token);
+  tokens[0] = anchor;
+  std::vector<int64_t> pos(static_cast<size_t>(B));
+  for (int64_t j = 0; j < B; ++j) pos[static_cast<size_t>(j)] = b.p + 1 + j;
+  float* X = ops_.alloc(B * per);
+  ops_.embed(embed_, tokens.data(), B, static_cast<int>(hc), X);
+  if (model()) ops_.round_bf16(X, B * per);
+  // The context rows every block row sees: the ring's positions in (p - window, p].
+  std::vector<int64_t> slots;
+  for (int64_t k = 0; k < W; ++k) {
+    const int64_t q = s.ring_pos[static_cast<size_t>(k)];
+    if (q >= 0 && q <= b.p && q > b.p - W) slots.push_back(k);
+  }
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  std::vector<float> qh(static_cast<size_t>(B * H * hd)), kvh(static_cast<size_t>(B * hd)),
+      oh(static_cast<size_t>(B * H * hd));
+  for (size_t st = 0; st < w_.stages.size(); ++st) {
+    const LayerWeights& L = w_.stages[st];
+    const size_t mark = ops_.mark();
+    float* u = ops_.alloc(B * D);
+    float* post = ops_.alloc(B * hc);
+    float* comb = ops_.alloc(B * hc * hc);
+    float* xn = ops_.alloc(B * D);
+    float* y = ops_.alloc(B * D);
+    ops_.hc_pre(L.hc_attn, c_, X, B, u, post, comb);
+    ops_.rmsnorm_bf16(u, L.attn_norm, B, c_.norm_eps, xn, both);
+    const AttnCtx a{ops_, c_, L, rope_, pos.data(), B, model()};
+    const float* x = attn_linear_input(a, xn);
+    float* q = ops_.alloc(B * H * hd);
+    attn_query(a, x, q);
+    float* kv = ops_.alloc(B * hd);
+    attn_kv(a, x, kv);
+    if (model()) ops_.kv_fp8_sim(kv, B, hd, hd - c_.rope_dim);
+    // Attention with sink over [context ring ; the whole block] (no causal mask in the block).
+    ops_.download(qh.data(), q, B * H * hd);
+    ops_.download(kvh.data(), kv, B * hd);
+    std::vector<const float*> rows;
+    for (int64_t k : slots) rows.push_back(s.ring[st].data() + k * hd);
+    for (int64_t j = 0; j < B; ++j) rows.push_back(kvh.data() + j * hd);
+    for (int64_t j = 0; j < B; ++j)
+      cpu::attention_sink(qh.data() + j * H * hd, H, hd, rows.data(), static_cast<int64_t>(rows.size()), L.sinks.data(),
+                          scale, oh.data() + j * H * hd);
+    float* o = ops_.alloc(B * H * hd);
+    ops_.upload(o, oh.data(), B * H * hd);
+    attn_output(a, o, y);
+    if (model()) ops_.hc_post_bf16(y, post, comb, B, c_, X);
+    else ops_.hc_post(y, post, comb, B, c_, X);
+    ops_.hc_pre(L.hc_ffn, c_, X, B, u, post, comb);
+    ops_.rmsnorm_bf16(u, L.ffn_norm, B, c_.norm_eps, xn, both);
+    ops_.moe(L, c_, xn, tokens.data(), B, numerics_, y);
+    if (model()) ops_.hc_post_bf16(y, post, comb, B, c_, X);
+    else ops_.hc_post(y, post, comb, B, c_, X);
+    ops_.release_to(mark);
+  }
+  float* h = ops_.alloc(B * D);
+  ops_.hc_head(w_.hc_head, c_, X, B, h);
+  b.h.resize(static_cast<size_t>(B * D));
+  ops_.download(b.h.data(), h, B * D);
+  float* yn = ops_.alloc(B * D);
+  ops_.rmsnorm_bf16(h, w_.norm, B, c_.norm_eps, yn, both);
+  float* out = ops_.alloc(B * V);
+  ops_.matmul(head_, yn, B, out);
+  b.base.resize(static_cast<size_t>(B * V));
+  ops_.download(b.base.data(), out, B * V);
+  return b;
+}
+
+void DsparkDrafter::step(const DsparkBlock& b, int j, int32_t prev, float* logits, float* confidence) {
+  const int64_t B = c_.dspark.block, D = c_.dim, V = c_.vocab_size, R = c_.dspark.markov_rank;
+  HS_CHECK(j >= 0 && j < B && static_cast<int64_t>(b.base.size()) == B * V, "DSpark drafter: draft ", j,
+           " of a block of ", B);
+  HS_CHECK(prev >= 0 && prev < V, "DSpark drafter: token ", prev, " is outside the vocabulary");
+  Scratch scratch(ops_);
+  // The Markov bias markov_w2 · markov_w1[prev], and the confidence of [h_j ; markov_w1[prev]].
+  float* cat_in = ops_.alloc(D + R);
+  ops_.upload(cat_in, b.h.data() + j * D, D);
+  float* e = cat_in + D;
+  ops_.embed(w_.markov_w1, &prev, 1, 1, e);
+  float* bias = ops_.alloc(V);
+  ops_.matmul(w_.markov_w2, e, 1, bias);
+  ops_.download(logits, bias, V);
+  const float* base = b.base.data() + j * V;
+  for (int64_t v = 0; v < V; ++v) logits[v] += base[v];
+  if (!confidence) return;
+  float* cl = ops_.alloc(1);
+  ops_.matmul(w_.confidence, cat_in, 1, cl);
+  ops_.download(confidence, cl, 1);
+  *confidence += w_.confidence_bias;
+}
+
+}  // namespace hs

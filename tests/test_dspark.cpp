@@ -1,0 +1,461 @@
+// The DSpark drafter (docs/speculative.md): its inventory and loading from the synthetic model
+// (in memory and through a GGUF of ds4's layout), the refusals, and its forward on the CPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/cpu_ops.h"
+#include "engine/dspark.h"
+#include "engine/engine.h"
+#include "engine/weights.h"
+#include "format/safetensors.h"
+#include "model/dspark_tensors.h"
+#include "model/source.h"
+#include "model/synthetic.h"
+#include "util/error.h"
+#include "util/thread_pool.h"
+
+#include "gguf_util.h"
+
+namespace hs {
+namespace {
+
+SyntheticSpec dspark_spec() {
+  SyntheticSpec s;
+  s.draft = "dspark";
+  s.seed = 7;
+  return s;
+}
+
+Mat read_mat(const ModelSource& src, const std::string& name) {
+  for (const TensorSpec& t : model_tensor_specs(src.config(), 0, 1, true, true)) {
+    if (t.name != name) continue;
+    Mat m;
+    m.rows = t.shape[0];
+    m.cols = t.shape[1];
+    m.w = src.read_f32(t);
+    return m;
+  }
+  ADD_FAILURE() << "no tensor " << name;
+  return {};
+}
+
+TEST(Dspark, SyntheticHasTheRealLayout) {
+  const auto src = make_synthetic_source(dspark_spec());
+  const ModelConfig& c = src->config();
+  EXPECT_EQ(c.dspark.stages, 3);
+  EXPECT_EQ(c.dspark.block, 5);
+  EXPECT_EQ(c.dspark.target_layers, (std::vector<int>{3, 4, 5}));
+  ASSERT_TRUE(src->has_dspark());
+  EXPECT_FALSE(src->has_mtp()) << "the stages' mtp.<s> blocks are not a partial MTP block";
+  EXPECT_TRUE(src->validate_dspark().empty());
+  const auto specs = src->dspark_specs();
+  // main_proj, main_norm, 3 stage blocks, norm, hc_head (3), markov (2), confidence.
+  const size_t block = layer_tensor_specs(c.with_dspark_layers(3), c.n_layers).size();
+  EXPECT_EQ(specs.size(), 2 + 3 * block + 1 + 3 + 2 + 1);
+  EXPECT_EQ(specs.front().official, "mtp.0.main_proj.weight");
+  EXPECT_EQ(specs.front().shape, (std::vector<int64_t>{c.dim, 3 * c.dim}));
+  EXPECT_EQ(specs.back().official, "mtp.2.confidence_head.proj.weight");
+  EXPECT_EQ(dspark_gguf_names("dspark.1.attn_q_a", 3, false), (std::vector<std::string>{"mtp.1.attn_q_a"}));
+  EXPECT_EQ(dspark_gguf_names("dspark.markov_w1", 3, false),
+            (std::vector<std::string>{"mtp.2.markov_head.markov_w1.weight"}));
+  EXPECT_EQ(dspark_gguf_names("dspark.main_proj", 3, true), (std::vector<std::string>{"dflash.fc.weight"}));
+  const DsparkWeights w = load_dspark_weights(*src);
+  ASSERT_EQ(w.stages.size(), 3u);
+  EXPECT_EQ(w.stages[2].layer, c.n_layers + 2);
+  EXPECT_FALSE(w.stages[0].has_compressor);
+  EXPECT_FALSE(w.stages[0].gate_bias.empty()) << "the stages are score-routed";
+  EXPECT_EQ(w.markov_w1.rows, c.vocab_size);
+  EXPECT_EQ(w.confidence.cols, c.dim + c.dspark.markov_rank);
+}
+
+TEST(Dspark, FlashPresetShapes) {
+  SyntheticSpec s = dspark_spec();
+  s.preset = "flash";
+  const ModelConfig c = synthetic_config(s);
+  EXPECT_EQ(c.dspark.target_layers, (std::vector<int>{40, 41, 42}));
+  EXPECT_EQ(c.dspark.noise_token, 128799);
+  const auto specs = dspark_tensor_specs(c, 3);
+  EXPECT_EQ(specs.front().shape, (std::vector<int64_t>{4096, 3 * 4096}));
+  EXPECT_EQ(specs[specs.size() - 3].shape, (std::vector<int64_t>{129280, 256}));
+  EXPECT_EQ(specs.back().shape, (std::vector<int64_t>{1, 4096 + 256}));
+}
+
+TEST(Dspark, GgufRoundTripAndBadConfig) {
+  const std::string path = (std::filesystem::temp_directory_path() / "hs_test_dspark.gguf").string();
+  write_synthetic_gguf(dspark_spec(), path);
+  {
+    const auto src = ModelSource::open(path);
+    EXPECT_EQ(src->config().dspark.stages, 3);
+    EXPECT_EQ(src->config().dspark.target_layers, (std::vector<int>{3, 4, 5}));
+    ASSERT_TRUE(src->has_dspark());
+    EXPECT_TRUE(src->validate_dspark().empty());
+    const auto mem = make_synthetic_source(dspark_spec());
+    const DsparkWeights a = load_dspark_weights(*src), b = load_dspark_weights(*mem);
+    EXPECT_EQ(a.markov_w2.w, b.markov_w2.w);
+    EXPECT_EQ(a.stages[1].wq_a.w, b.stages[1].wq_a.w);
+  }
+  std::filesystem::remove(path);
+  // A config that does not fit the model is refused, naming the field.
+  ModelConfig c = synthetic_config(dspark_spec());
+  c.dspark.target_layers = {4, 9};
+  try {
+    c.validate_dspark(3, "x: ");
+    ADD_FAILURE() << "accepted a target layer past the model";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dspark_target_layer_ids[1] = 9"), std::string::npos) << e.what();
+  }
+  // A model without the drafter says so.
+  const auto plain = make_synthetic_source(SyntheticSpec{});
+  EXPECT_FALSE(plain->has_dspark());
+  ASSERT_EQ(plain->validate_dspark().size(), 1u);
+  EXPECT_NE(plain->validate_dspark()[0].find("cannot draft with --draft dspark"), std::string::npos);
+}
+
+std::string temp(const std::string& name) { return testing::TempDir() + "/hs_dspark_" + name + ".gguf"; }
+
+TEST(Dspark, MissingOrMisShapedTensorsAreNamed) {
+  const std::string good = temp("good"), bad = temp("bad");
+  SyntheticSpec spec = dspark_spec();
+  spec.layers = 4;
+  write_synthetic_gguf(spec, good);
+  EngineOptions o;
+  o.draft = "dspark";
+  o.max_seqs = 2;
+  o.threads = 2;
+  {
+    Engine e(good, o);
+    EXPECT_NE(e.dspark(), nullptr);
+  }
+  copy_gguf(good, bad, "mtp.1.attn_q_a.weight");
+  for (const char* kind : {"dspark", "auto"}) {  // auto refuses a broken drafter too
+    o.draft = kind;
+    try {
+      Engine e(bad, o);
+      ADD_FAILURE() << "a drafter without stage 1's attn_q_a loaded (--draft " << kind << ")";
+    } catch (const Error& err) {
+      const std::string m = err.what();
+      EXPECT_NE(m.find("dspark.1.attn_q_a"), std::string::npos) << m;
+      EXPECT_NE(m.find("mtp.1.attn_q_a"), std::string::npos) << m;  // where it was looked for
+    }
+  }
+  copy_gguf(good, bad, "mtp.0.main_norm.weight", 32);  // another width than the model's 64
+  o.draft = "dspark";
+  try {
+    Engine e(bad, o);
+    ADD_FAILURE() << "a mis-shaped drafter loaded";
+  } catch (const Error& err) {
+    const std::string m = err.what();
+    EXPECT_NE(m.find("mtp.0.main_norm"), std::string::npos) << m;
+    EXPECT_NE(m.find("shape"), std::string::npos) << m;
+  }
+  std::remove(good.c_str());
+  std::remove(bad.c_str());
+}
+
+TEST(Dspark, DrafterFileApartFromTheModel) {
+  SyntheticSpec main_spec = dspark_spec();
+  main_spec.layers = 4;
+  main_spec.draft.clear();
+  SyntheticSpec only = dspark_spec();
+  only.layers = 4;
+  only.draft_only = true;
+  const std::string main_path = temp("main"), d = temp("only"), other = temp("other");
+  write_synthetic_gguf(main_spec, main_path);
+  write_synthetic_gguf(only, d);
+  EngineOptions o;
+  o.max_seqs = 2;
+  o.threads = 2;
+  o.draft = "dspark";
+  EXPECT_THROW(Engine(main_path, o), Error);  // the model itself has none
+  o.draft_model = d;
+  {
+    Engine e(main_path, o);
+    ASSERT_NE(e.dspark(), nullptr);
+  }
+  o.draft = "auto";
+  {
+    Engine e(main_path, o);
+    EXPECT_NE(e.dspark(), nullptr);
+  }
+  // The same weights as the model's own drafter would have had.
+  SyntheticSpec with = only;
+  with.draft_only = false;
+  const DsparkWeights ref = load_dspark_weights(*make_synthetic_source(with));
+  const DsparkWeights got = load_dspark_weights(*open_gguf_drafter(d, make_synthetic_source(main_spec)->config()));
+  EXPECT_EQ(got.main_proj.w, ref.main_proj.w);
+  EXPECT_EQ(got.stages[2].w2.w, ref.stages[2].w2.w);
+  EXPECT_EQ(got.confidence.w, ref.confidence.w);
+  // Made for another model: another layer count (its taps index other layers), another vocabulary.
+  o.draft = "dspark";
+  o.draft_model = other;
+  SyntheticSpec l = only;
+  l.layers = 6;
+  write_synthetic_gguf(l, other);
+  try {
+    Engine e(main_path, o);
+    ADD_FAILURE() << "a drafter for a 6-layer model loaded";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("made for another model"), std::string::npos) << err.what();
+  }
+  SyntheticSpec v = only;
+  v.vocab = 1000;
+  write_synthetic_gguf(v, other);
+  try {
+    Engine e(main_path, o);
+    ADD_FAILURE() << "a drafter for another vocabulary loaded";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("made for another model"), std::string::npos) << err.what();
+  }
+  // The same drafter in Lucebox's deepseek4-dflash-draft names (dflash.*, blk.<s>.*, output_*).
+  const std::string luce = temp("lucebox");
+  copy_gguf_renamed(d, luce, [](const std::string& n) {
+    const std::pair<const char*, const char*> table[] = {
+        {"mtp.0.main_proj.weight", "dflash.fc.weight"},
+        {"mtp.0.main_norm.weight", "dflash.hidden_norm.weight"},
+        {"mtp.2.norm.weight", "output_norm.weight"},
+        {"mtp.2.hc_head_fn.weight", "output_hc_fn.weight"},
+        {"mtp.2.hc_head_base.weight", "output_hc_base.weight"},
+        {"mtp.2.hc_head_scale.weight", "output_hc_scale.weight"},
+        {"mtp.2.markov_head.markov_w1.weight", "dflash.dspark.markov.w1.weight"},
+        {"mtp.2.markov_head.markov_w2.weight", "dflash.dspark.markov.w2.weight"},
+        {"mtp.2.confidence_head.proj.weight", "dflash.dspark.confidence.weight"}};
+    for (const auto& [from, to] : table)
+      if (n == from) return std::string(to);
+    EXPECT_EQ(n.rfind("mtp.", 0), 0u) << n;
+    return "blk." + n.substr(4);
+  }, "deepseek4-dflash-draft");
+  const auto lsrc = open_gguf_drafter(luce, make_synthetic_source(main_spec)->config());
+  EXPECT_EQ(lsrc->config().dspark.stages, 3);
+  ASSERT_TRUE(lsrc->has_dspark());
+  EXPECT_FALSE(lsrc->has_mtp());
+  const DsparkWeights lw = load_dspark_weights(*lsrc);
+  EXPECT_EQ(lw.main_proj.w, ref.main_proj.w);
+  EXPECT_EQ(lw.stages[1].wq_b.w, ref.stages[1].wq_b.w);
+  EXPECT_EQ(lw.hc_head.fn, ref.hc_head.fn);
+  EXPECT_EQ(lw.markov_w1.w, ref.markov_w1.w);
+  o.draft_model = luce;
+  {
+    Engine e(main_path, o);
+    ASSERT_NE(e.dspark(), nullptr);
+    // The taps come from the drafter's keys (the model's own file has none).
+    auto seq = e.new_sequence();
+    const std::vector<int32_t> toks = {5, 9, 13};
+    std::vector<float> logits(3 * static_cast<size_t>(e.config().vocab_size)),
+        taps(3 * static_cast<size_t>(e.dspark()->tap_width()), 0.0f);
+    StepItem it{seq.get(), toks.data(), 3, logits.data(), true};
+    it.taps = taps.data();
+    e.step_batch({&it, 1});
+    EXPECT_NE(*std::max_element(taps.begin(), taps.end()), 0.0f);
+    EXPECT_NE(taps.back(), 0.0f) << "the last row's last tap";
+  }
+  for (const std::string& p : {main_path, d, other, luce}) std::remove(p.c_str());
+}
+
+// The official checkpoint's naming (mtp.<s>.<official name>, F32 here) in an HF directory: the
+// tiny fixture's config.json with the dspark_* keys (the stage count counted from the tensors),
+// the drafter's tensors and the shared embedding and head: the same weights, the same block.
+TEST(Dspark, OfficialNamingInASafetensorsDirectory) {
+  SyntheticSpec spec = dspark_spec();
+  spec.layers = 6;
+  spec.vocab = 320;  // the tiny fixture's config
+  const auto mem = make_synthetic_source(spec);
+  const std::string dir = testing::TempDir() + "/hs_dspark_official";
+  std::filesystem::create_directories(dir);
+  std::string cfg;
+  {
+    std::ifstream f(std::string(HS_TEST_DATA) + "/tiny/config.json");
+    cfg.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const std::string key = "\"num_nextn_predict_layers\": 0";
+  const size_t at = cfg.find(key);
+  ASSERT_NE(at, std::string::npos);
+  cfg.replace(at, key.size(), "\"num_nextn_predict_layers\": 1, \"dspark_block_size\": 5, \"dspark_noise_token_id\": 319, "
+                              "\"dspark_target_layer_ids\": [3, 4, 5], \"dspark_markov_rank\": 8");
+  std::ofstream(dir + "/config.json") << cfg;
+  std::vector<std::pair<std::string, std::vector<float>>> tensors;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<TensorSpec> specs = mem->dspark_specs();
+  for (const TensorSpec& t : model_tensor_specs(mem->config(), 0, 1, true, true))
+    if (t.name == "token_embd" || t.name == "output") specs.push_back(t);
+  for (const TensorSpec& t : specs) {
+    if (t.role == TensorRole::Experts) {
+      for (int64_t e = 0; e < t.shape[0]; ++e) {
+        std::string n = t.official;
+        n.replace(n.find("{e}"), 3, std::to_string(e));
+        tensors.emplace_back(n + ".weight", mem->read_expert_f32(t, e));
+        shapes.push_back({t.shape[1], t.shape[2]});
+      }
+    } else {
+      tensors.emplace_back(t.official, mem->read_f32(t));
+      shapes.push_back(t.shape);
+    }
+  }
+  std::string header = "{";
+  size_t off = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::string shape;
+    for (int64_t d : shapes[i]) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    const size_t n = tensors[i].second.size() * 4;
+    header += (i ? "," : "") + cat("\"", tensors[i].first, "\":{\"dtype\":\"F32\",\"shape\":[", shape,
+                                   "],\"data_offsets\":[", off, ",", off + n, "]}");
+    off += n;
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';
+  {
+    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
+    const uint64_t hn = header.size();
+    f.write(reinterpret_cast<const char*>(&hn), 8);
+    f << header;
+    for (const auto& t : tensors)
+      f.write(reinterpret_cast<const char*>(t.second.data()), static_cast<std::streamsize>(t.second.size() * 4));
+  }
+  const auto src = ModelSource::open(dir);
+  EXPECT_EQ(src->format(), "official");
+  EXPECT_EQ(src->config().dspark.stages, 3);
+  ASSERT_TRUE(src->has_dspark());
+  EXPECT_FALSE(src->has_mtp());
+  ASSERT_TRUE(src->validate_dspark().empty()) << src->validate_dspark().front();
+  const DsparkWeights got = load_dspark_weights(*src), want = load_dspark_weights(*mem);
+  EXPECT_EQ(got.main_proj.w, want.main_proj.w);
+  EXPECT_EQ(got.stages[1].wo_a.w, want.stages[1].wo_a.w);
+  EXPECT_EQ(got.stages[2].w2.w, want.stages[2].w2.w);
+  EXPECT_EQ(got.stages[0].gate_bias, want.stages[0].gate_bias);
+  EXPECT_EQ(got.hc_head.scale, want.hc_head.scale);
+  EXPECT_EQ(got.markov_w1.w, want.markov_w1.w);
+  EXPECT_EQ(got.confidence.w, want.confidence.w);
+  ThreadPool pool(2);
+  CpuOps ops(pool);
+  const Mat e1 = read_mat(*src, "token_embd"), h1 = read_mat(*src, "output");
+  const Mat e2 = read_mat(*mem, "token_embd"), h2 = read_mat(*mem, "output");
+  DsparkDrafter a(src->config(), load_dspark_weights(*src), ops, e1, h1, Numerics::Reference);
+  DsparkDrafter b(mem->config(), load_dspark_weights(*mem), ops, e2, h2, Numerics::Reference);
+  std::vector<float> taps(static_cast<size_t>(6 * a.tap_width()));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = std::cos(0.21f * static_cast<float>(i));
+  auto sa = a.new_sequence(), sb = b.new_sequence();
+  a.add_context(*sa, 0, taps.data(), 6);
+  b.add_context(*sb, 0, taps.data(), 6);
+  EXPECT_EQ(a.draft_block(*sa, 11).base, b.draft_block(*sb, 11).base);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Dspark, ForwardIsAFunctionOfTheContextAndTheBlock) {
+  const auto src = make_synthetic_source(dspark_spec());
+  const ModelConfig& c = src->config();
+  ThreadPool pool(2);
+  CpuOps ops(pool);
+  const Mat embed = read_mat(*src, "token_embd"), head = read_mat(*src, "output");
+  DsparkDrafter d(c, load_dspark_weights(*src), ops, embed, head, Numerics::Reference);
+  const int64_t T = d.tap_width(), V = c.vocab_size, n = 12;
+  std::vector<float> taps(static_cast<size_t>(n * T));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = std::sin(0.37f * static_cast<float>(i));
+  // All rows at once equals row by row; a ring past the window keeps the last `window` rows.
+  auto a = d.new_sequence(), b = d.new_sequence();
+  d.add_context(*a, 0, taps.data(), n);
+  for (int64_t p = 0; p < n; ++p) d.add_context(*b, p, taps.data() + p * T, 1);
+  EXPECT_EQ(a->next, n);
+  EXPECT_EQ(a->rows, c.window);
+  const DsparkBlock ba = d.draft_block(*a, 17), bb = d.draft_block(*b, 17);
+  EXPECT_EQ(ba.base, bb.base);
+  ASSERT_EQ(static_cast<int64_t>(ba.base.size()), d.block() * V);
+  std::vector<float> l0(static_cast<size_t>(V)), l1(static_cast<size_t>(V));
+  float c0 = 0, c1 = 0;
+  d.step(ba, 0, 17, l0.data(), &c0);
+  d.step(ba, 0, 18, l1.data(), &c1);
+  EXPECT_NE(l0, l1) << "the Markov bias depends on the previous token";
+  EXPECT_NE(c0, c1);
+  EXPECT_TRUE(std::isfinite(c0));
+  // Another anchor, and context that does not continue, change the block.
+  EXPECT_NE(d.draft_block(*a, 18).base, ba.base);
+  d.add_context(*b, 40, taps.data(), 2);  // restarts at 40
+  EXPECT_EQ(b->rows, 2);
+  EXPECT_NE(d.draft_block(*b, 17).base, ba.base);
+}
+
+// The outside oracle: tests/data/dspark-tiny, made by scripts/gen_dspark_fixtures.py (DeepSpec's
+// DSpark draft with DeepSeek-V4 blocks in PyTorch, float64, random weights at the tiny fixture's
+// widths). For each case (context inside and past the window) the draft logits (Markov bias on
+// the reference's own greedy chain), the confidence logits and the hc_head rows must match within
+// 1e-5 (relative to the largest expected magnitude, at least 1) under reference numerics on the
+// CPU, the context fed all at once and row by row. Skips until the fixture exists
+// (HS_DSPARK_FIXTURE_DIR overrides where it is looked for).
+std::string fixture_dir() {
+  const char* env = std::getenv("HS_DSPARK_FIXTURE_DIR");
+  return env ? env : std::string(HS_TEST_DATA) + "/dspark-tiny";
+}
+
+template <typename T>
+std::vector<T> values(const st::File& f, const std::string& name) {
+  const auto& t = f.tensors().at(name);
+  std::vector<T> v(static_cast<size_t>(t.n_elements()));
+  std::memcpy(v.data(), t.data, t.nbytes);
+  return v;
+}
+
+double max_rel(const float* a, const float* b, size_t n) {
+  double d = 0, m = 1;
+  for (size_t i = 0; i < n; ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    m = std::max(m, std::fabs(static_cast<double>(b[i])));
+  }
+  return d / m;
+}
+
+TEST(DsparkFixtures, DraftLogitsMatchTheReference) {
+  const std::string dir = fixture_dir();
+  if (!std::filesystem::exists(dir + "/expected.safetensors") || !std::filesystem::exists(dir + "/model.safetensors"))
+    GTEST_SKIP() << "no DSpark fixture at " << dir << " yet: run `python3 scripts/gen_dspark_fixtures.py tests/data` "
+                 << "where torch is installed (the GPU machine), then commit tests/data/dspark-tiny";
+  const auto src = ModelSource::open(dir);
+  const ModelConfig& c = src->config();
+  ASSERT_TRUE(src->has_dspark());
+  EXPECT_FALSE(src->has_mtp());
+  EXPECT_EQ(c.dspark.stages, 3);
+  ThreadPool pool(2);
+  CpuOps ops(pool);
+  const Mat embed = read_mat(*src, "token_embd"), head = read_mat(*src, "output");
+  DsparkDrafter d(c, load_dspark_weights(*src), ops, embed, head, Numerics::Reference);
+  const st::File ex(dir + "/expected.safetensors");
+  const std::vector<float> taps = values<float>(ex, "taps");
+  const int64_t T = d.tap_width(), V = c.vocab_size, D = c.dim, B = d.block();
+  constexpr double kTol = 1e-5;
+  for (int k = 0; ex.tensors().count("anchor_" + std::to_string(k)); ++k) {
+    const std::string K = std::to_string(k);
+    const int32_t anchor = values<int32_t>(ex, "anchor_" + K).at(0);
+    const auto drafts = values<int32_t>(ex, "tokens_" + K);
+    const auto logits = values<float>(ex, "logits_" + K), conf = values<float>(ex, "confidence_" + K),
+               h = values<float>(ex, "h_" + K);
+    ASSERT_EQ(static_cast<int64_t>(logits.size()), B * V) << "logits of case " << k << " are not [block, vocab]";
+    const int64_t rows = values<int32_t>(ex, "context_" + K).at(0);
+    ASSERT_LE(rows * T, static_cast<int64_t>(taps.size()));
+    for (bool one_by_one : {false, true}) {
+      auto s = d.new_sequence();
+      if (one_by_one)
+        for (int64_t p = 0; p < rows; ++p) d.add_context(*s, p, taps.data() + p * T, 1);
+      else
+        d.add_context(*s, 0, taps.data(), rows);
+      const DsparkBlock b = d.draft_block(*s, anchor);
+      EXPECT_LE(max_rel(b.h.data(), h.data(), static_cast<size_t>(B * D)), kTol) << "h, case " << k;
+      std::vector<float> lg(static_cast<size_t>(V));
+      for (int64_t j = 0; j < B; ++j) {
+        float cf = 0;
+        d.step(b, static_cast<int>(j), j == 0 ? anchor : drafts[static_cast<size_t>(j - 1)], lg.data(), &cf);
+        EXPECT_LE(max_rel(lg.data(), logits.data() + j * V, static_cast<size_t>(V)), kTol)
+            << "logits, case " << k << ", draft " << j << (one_by_one ? ", context row by row" : "");
+        EXPECT_LE(max_rel(&cf, conf.data() + j, 1), kTol) << "confidence, case " << k << ", draft " << j;
+        EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), drafts[static_cast<size_t>(j)])
+            << "greedy draft, case " << k << ", draft " << j;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hs
