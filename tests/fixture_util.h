@@ -1,6 +1,7 @@
 // Helpers for the model-fixture parity tests: load a fixture's expected.safetensors and
 // compare logits the way ../shared/fixtures/README.md defines the pass mark.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -53,6 +54,26 @@ inline double rel_l2(const float* a, const float* b, size_t n) {
     den += static_cast<double>(b[i]) * b[i];
   }
   return std::sqrt(num / den);
+}
+
+// max |a - b| / max(1, max |b|): the drafter fixtures' bound (relative to the largest expected
+// magnitude, at least 1).
+inline double max_rel(const float* a, const float* b, size_t n) {
+  double d = 0, m = 1;
+  for (size_t i = 0; i < n; ++i) {
+    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
+    m = std::max(m, std::fabs(static_cast<double>(b[i])));
+  }
+  return d / m;
+}
+
+// The values of one tensor of a safetensors file (T: its element type).
+template <typename T>
+std::vector<T> tensor_values(const st::File& f, const std::string& name) {
+  const auto& t = f.tensors().at(name);
+  std::vector<T> v(static_cast<size_t>(t.n_elements()));
+  std::memcpy(v.data(), t.data, t.nbytes);
+  return v;
 }
 
 // Number of rows whose argmax differs (NaN anywhere counts as a mismatch).

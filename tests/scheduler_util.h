@@ -1,6 +1,11 @@
 // Helpers for the scheduler tests: submit a request and collect its tokens and finish reason.
 #pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <future>
+#include <map>
+#include <utility>
 #include <memory>
 #include <vector>
 
@@ -56,6 +61,25 @@ inline std::vector<Outcome> run_all(Engine& engine, const SchedulerOptions& opts
   std::vector<Outcome> out = generate_all(s, prompts, max_tokens, sampling);
   if (stats) *stats = s.stats();
   return out;
+}
+
+// Two seeded samples of one token position agree in distribution (two-sample chi-square over
+// the tokens seen, p = 0.001 through Wilson-Hilferty; at least 4 distinct tokens).
+inline void expect_same_token_distribution(const std::vector<Outcome>& a, const std::vector<Outcome>& b, size_t at) {
+  std::map<int32_t, std::pair<int, int>> counts;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    ++counts[a[i].tokens.at(at)].first;
+    ++counts[b[i].tokens.at(at)].second;
+  }
+  double x = 0;
+  int df = -1;
+  for (const auto& [tok, c] : counts) {
+    x += static_cast<double>((c.first - c.second) * (c.first - c.second)) / (c.first + c.second);
+    ++df;
+  }
+  ASSERT_GE(df, 3);
+  const double z = 3.09, t = 1 - 2.0 / (9 * df) + z * std::sqrt(2.0 / (9 * df));
+  EXPECT_LT(x, df * t * t * t) << "token " << at << " histograms differ (" << counts.size() << " tokens)";
 }
 
 }  // namespace hs::test

@@ -13,6 +13,7 @@
 #include "engine/cpu_ops.h"
 #include "engine/dspark.h"
 #include "engine/engine.h"
+#include "fixture_util.h"
 #include "engine/weights.h"
 #include "format/safetensors.h"
 #include "model/dspark_tensors.h"
@@ -22,6 +23,7 @@
 #include "util/thread_pool.h"
 
 #include "gguf_util.h"
+#include "official_dir_util.h"
 
 namespace hs {
 namespace {
@@ -267,56 +269,9 @@ TEST(Dspark, OfficialNamingInASafetensorsDirectory) {
   spec.vocab = 320;  // the tiny fixture's config
   const auto mem = make_synthetic_source(spec);
   const std::string dir = testing::TempDir() + "/hs_dspark_official";
-  std::filesystem::create_directories(dir);
-  std::string cfg;
-  {
-    std::ifstream f(std::string(HS_TEST_DATA) + "/tiny/config.json");
-    cfg.assign(std::istreambuf_iterator<char>(f), {});
-  }
-  const std::string key = "\"num_nextn_predict_layers\": 0";
-  const size_t at = cfg.find(key);
-  ASSERT_NE(at, std::string::npos);
-  cfg.replace(at, key.size(), "\"num_nextn_predict_layers\": 1, \"dspark_block_size\": 5, \"dspark_noise_token_id\": 319, "
-                              "\"dspark_target_layer_ids\": [3, 4, 5], \"dspark_markov_rank\": 8");
-  std::ofstream(dir + "/config.json") << cfg;
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<TensorSpec> specs = mem->dspark_specs();
-  for (const TensorSpec& t : model_tensor_specs(mem->config(), 0, 1, true, true))
-    if (t.name == "token_embd" || t.name == "output") specs.push_back(t);
-  for (const TensorSpec& t : specs) {
-    if (t.role == TensorRole::Experts) {
-      for (int64_t e = 0; e < t.shape[0]; ++e) {
-        std::string n = t.official;
-        n.replace(n.find("{e}"), 3, std::to_string(e));
-        tensors.emplace_back(n + ".weight", mem->read_expert_f32(t, e));
-        shapes.push_back({t.shape[1], t.shape[2]});
-      }
-    } else {
-      tensors.emplace_back(t.official, mem->read_f32(t));
-      shapes.push_back(t.shape);
-    }
-  }
-  std::string header = "{";
-  size_t off = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::string shape;
-    for (int64_t d : shapes[i]) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    const size_t n = tensors[i].second.size() * 4;
-    header += (i ? "," : "") + cat("\"", tensors[i].first, "\":{\"dtype\":\"F32\",\"shape\":[", shape,
-                                   "],\"data_offsets\":[", off, ",", off + n, "]}");
-    off += n;
-  }
-  header += "}";
-  while (header.size() % 8) header += ' ';
-  {
-    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
-    const uint64_t hn = header.size();
-    f.write(reinterpret_cast<const char*>(&hn), 8);
-    f << header;
-    for (const auto& t : tensors)
-      f.write(reinterpret_cast<const char*>(t.second.data()), static_cast<std::streamsize>(t.second.size() * 4));
-  }
+  ASSERT_NO_FATAL_FAILURE(write_official_dir(*mem, mem->dspark_specs(), dir, "\"num_nextn_predict_layers\": 0",
+                     "\"num_nextn_predict_layers\": 1, \"dspark_block_size\": 5, \"dspark_noise_token_id\": 319, "
+                     "\"dspark_target_layer_ids\": [3, 4, 5], \"dspark_markov_rank\": 8"));
   const auto src = ModelSource::open(dir);
   EXPECT_EQ(src->format(), "official");
   EXPECT_EQ(src->config().dspark.stages, 3);
@@ -391,23 +346,6 @@ std::string fixture_dir() {
   return env ? env : std::string(HS_TEST_DATA) + "/dspark-tiny";
 }
 
-template <typename T>
-std::vector<T> values(const st::File& f, const std::string& name) {
-  const auto& t = f.tensors().at(name);
-  std::vector<T> v(static_cast<size_t>(t.n_elements()));
-  std::memcpy(v.data(), t.data, t.nbytes);
-  return v;
-}
-
-double max_rel(const float* a, const float* b, size_t n) {
-  double d = 0, m = 1;
-  for (size_t i = 0; i < n; ++i) {
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    m = std::max(m, std::fabs(static_cast<double>(b[i])));
-  }
-  return d / m;
-}
-
 TEST(DsparkFixtures, DraftLogitsMatchTheReference) {
   const std::string dir = fixture_dir();
   if (!std::filesystem::exists(dir + "/expected.safetensors") || !std::filesystem::exists(dir + "/model.safetensors"))
@@ -423,17 +361,17 @@ TEST(DsparkFixtures, DraftLogitsMatchTheReference) {
   const Mat embed = read_mat(*src, "token_embd"), head = read_mat(*src, "output");
   DsparkDrafter d(c, load_dspark_weights(*src), ops, embed, head, Numerics::Reference);
   const st::File ex(dir + "/expected.safetensors");
-  const std::vector<float> taps = values<float>(ex, "taps");
+  const std::vector<float> taps = test::tensor_values<float>(ex, "taps");
   const int64_t T = d.tap_width(), V = c.vocab_size, D = c.dim, B = d.block();
   constexpr double kTol = 1e-5;
   for (int k = 0; ex.tensors().count("anchor_" + std::to_string(k)); ++k) {
     const std::string K = std::to_string(k);
-    const int32_t anchor = values<int32_t>(ex, "anchor_" + K).at(0);
-    const auto drafts = values<int32_t>(ex, "tokens_" + K);
-    const auto logits = values<float>(ex, "logits_" + K), conf = values<float>(ex, "confidence_" + K),
-               h = values<float>(ex, "h_" + K);
+    const int32_t anchor = test::tensor_values<int32_t>(ex, "anchor_" + K).at(0);
+    const auto drafts = test::tensor_values<int32_t>(ex, "tokens_" + K);
+    const auto logits = test::tensor_values<float>(ex, "logits_" + K), conf = test::tensor_values<float>(ex, "confidence_" + K),
+               h = test::tensor_values<float>(ex, "h_" + K);
     ASSERT_EQ(static_cast<int64_t>(logits.size()), B * V) << "logits of case " << k << " are not [block, vocab]";
-    const int64_t rows = values<int32_t>(ex, "context_" + K).at(0);
+    const int64_t rows = test::tensor_values<int32_t>(ex, "context_" + K).at(0);
     ASSERT_LE(rows * T, static_cast<int64_t>(taps.size()));
     for (bool one_by_one : {false, true}) {
       auto s = d.new_sequence();
@@ -442,14 +380,14 @@ TEST(DsparkFixtures, DraftLogitsMatchTheReference) {
       else
         d.add_context(*s, 0, taps.data(), rows);
       const DsparkBlock b = d.draft_block(*s, anchor);
-      EXPECT_LE(max_rel(b.h.data(), h.data(), static_cast<size_t>(B * D)), kTol) << "h, case " << k;
+      EXPECT_LE(test::max_rel(b.h.data(), h.data(), static_cast<size_t>(B * D)), kTol) << "h, case " << k;
       std::vector<float> lg(static_cast<size_t>(V));
       for (int64_t j = 0; j < B; ++j) {
         float cf = 0;
         d.step(b, static_cast<int>(j), j == 0 ? anchor : drafts[static_cast<size_t>(j - 1)], lg.data(), &cf);
-        EXPECT_LE(max_rel(lg.data(), logits.data() + j * V, static_cast<size_t>(V)), kTol)
+        EXPECT_LE(test::max_rel(lg.data(), logits.data() + j * V, static_cast<size_t>(V)), kTol)
             << "logits, case " << k << ", draft " << j << (one_by_one ? ", context row by row" : "");
-        EXPECT_LE(max_rel(&cf, conf.data() + j, 1), kTol) << "confidence, case " << k << ", draft " << j;
+        EXPECT_LE(test::max_rel(&cf, conf.data() + j, 1), kTol) << "confidence, case " << k << ", draft " << j;
         EXPECT_EQ(std::max_element(lg.begin(), lg.end()) - lg.begin(), drafts[static_cast<size_t>(j)])
             << "greedy draft, case " << k << ", draft " << j;
       }

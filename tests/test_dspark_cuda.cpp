@@ -13,6 +13,7 @@
 
 #include "engine/dspark.h"
 #include "engine/engine.h"
+#include "fixture_util.h"
 #include "format/safetensors.h"
 #include "model/synthetic.h"
 #include "scheduler_util.h"
@@ -39,15 +40,6 @@ std::unique_ptr<Engine> engine(const std::string& device) {
   return std::make_unique<Engine>(make_synthetic_source(model()), o);
 }
 
-double max_rel(const float* a, const float* b, size_t n) {
-  double d = 0, m = 1;
-  for (size_t i = 0; i < n; ++i) {
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    m = std::max(m, std::fabs(static_cast<double>(b[i])));
-  }
-  return d / m;
-}
-
 // One block of each drafter after the same context, compared (gpu against cpu).
 void expect_same_block(DsparkDrafter& cpu, DsparkDrafter& gpu, const std::vector<float>& taps, int64_t rows,
                        int32_t anchor, const std::vector<int32_t>& chain, const std::string& what) {
@@ -55,7 +47,7 @@ void expect_same_block(DsparkDrafter& cpu, DsparkDrafter& gpu, const std::vector
   cpu.add_context(*a, 0, taps.data(), rows);
   gpu.add_context(*b, 0, taps.data(), rows);
   const DsparkBlock ba = cpu.draft_block(*a, anchor), bb = gpu.draft_block(*b, anchor);
-  EXPECT_LE(max_rel(bb.h.data(), ba.h.data(), ba.h.size()), 1e-4) << what << ": h";
+  EXPECT_LE(test::max_rel(bb.h.data(), ba.h.data(), ba.h.size()), 1e-4) << what << ": h";
   const int64_t V = cpu.config().vocab_size;
   std::vector<float> la(static_cast<size_t>(V)), lb(la);
   for (int j = 0; j < cpu.block(); ++j) {
@@ -63,8 +55,8 @@ void expect_same_block(DsparkDrafter& cpu, DsparkDrafter& gpu, const std::vector
     float ca = 0, cb = 0;
     cpu.step(ba, j, prev, la.data(), &ca);
     gpu.step(bb, j, prev, lb.data(), &cb);
-    EXPECT_LE(max_rel(lb.data(), la.data(), la.size()), 1e-4) << what << ": logits of draft " << j;
-    EXPECT_LE(max_rel(&cb, &ca, 1), 1e-4) << what << ": confidence of draft " << j;
+    EXPECT_LE(test::max_rel(lb.data(), la.data(), la.size()), 1e-4) << what << ": logits of draft " << j;
+    EXPECT_LE(test::max_rel(&cb, &ca, 1), 1e-4) << what << ": confidence of draft " << j;
   }
 }
 
@@ -103,18 +95,8 @@ TEST(DsparkCuda, FixtureOnTheDevice) {
   DsparkDrafter d(c, load_dspark_weights(*src, ops->weight_form(), [&](Mat& m) { ops->adopt_weight(m); }), *ops,
                   embed, head, Numerics::Reference);
   const st::File ex(dir + "/expected.safetensors");
-  auto f32 = [&](const std::string& n) {
-    const auto& t = ex.tensors().at(n);
-    std::vector<float> v(static_cast<size_t>(t.n_elements()));
-    std::memcpy(v.data(), t.data, t.nbytes);
-    return v;
-  };
-  auto i32 = [&](const std::string& n) {
-    const auto& t = ex.tensors().at(n);
-    std::vector<int32_t> v(static_cast<size_t>(t.n_elements()));
-    std::memcpy(v.data(), t.data, t.nbytes);
-    return v;
-  };
+  auto f32 = [&](const std::string& n) { return test::tensor_values<float>(ex, n); };
+  auto i32 = [&](const std::string& n) { return test::tensor_values<int32_t>(ex, n); };
   const std::vector<float> taps = f32("taps");
   const int64_t V = c.vocab_size;
   for (int k = 0; ex.tensors().count("anchor_" + std::to_string(k)); ++k) {
@@ -129,8 +111,8 @@ TEST(DsparkCuda, FixtureOnTheDevice) {
     for (int j = 0; j < d.block(); ++j) {
       float cf = 0;
       d.step(b, j, j == 0 ? anchor : drafts[static_cast<size_t>(j - 1)], lg.data(), &cf);
-      EXPECT_LE(max_rel(lg.data(), logits.data() + j * V, lg.size()), 1e-4) << "case " << k << ", draft " << j;
-      EXPECT_LE(max_rel(&cf, conf.data() + j, 1), 1e-4) << "case " << k << ", confidence " << j;
+      EXPECT_LE(test::max_rel(lg.data(), logits.data() + j * V, lg.size()), 1e-4) << "case " << k << ", draft " << j;
+      EXPECT_LE(test::max_rel(&cf, conf.data() + j, 1), 1e-4) << "case " << k << ", confidence " << j;
     }
   }
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "engine/engine.h"
+#include "fixture_util.h"
 #include "engine/mtp.h"
 #include "model/synthetic.h"
 #include "scheduler_util.h"
@@ -33,15 +34,6 @@ std::unique_ptr<Engine> engine(const std::string& device) {
   return std::make_unique<Engine>(make_synthetic_source(model()), o);
 }
 
-double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, m = 1;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    m = std::max(m, std::fabs(static_cast<double>(b[i])));
-  }
-  return d / m;
-}
-
 TEST(MtpCuda, DrafterMatchesTheCpu) {
   if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
   auto cpu = engine("cpu"), gpu = engine("cuda:0");
@@ -56,15 +48,15 @@ TEST(MtpCuda, DrafterMatchesTheCpu) {
   DraftRows ra{a->draft.get(), tokens.data(), hidden.data(), T - 3}, rb{b->draft.get(), tokens.data(), hidden.data(), T - 3};
   cpu->drafter()->forward({&ra, 1}, la.data(), ha.data());
   gpu->drafter()->forward({&rb, 1}, lb.data(), hb.data());
-  EXPECT_LE(max_rel(lb, la), 1e-4) << "prefill rows";
-  EXPECT_LE(max_rel(hb, ha), 1e-4) << "prefill rows";
+  EXPECT_LE(test::max_rel(lb.data(), la.data(), la.size()), 1e-4) << "prefill rows";
+  EXPECT_LE(test::max_rel(hb.data(), ha.data(), ha.size()), 1e-4) << "prefill rows";
   for (int64_t p = T - 3; p < T; ++p) {
     ra = {a->draft.get(), tokens.data() + p, hidden.data() + p * per, 1};
     rb = {b->draft.get(), tokens.data() + p, hidden.data() + p * per, 1};
     cpu->drafter()->forward({&ra, 1}, la.data(), ha.data());
     gpu->drafter()->forward({&rb, 1}, lb.data(), hb.data());
-    EXPECT_LE(max_rel(lb, la), 1e-4) << "row " << p;
-    EXPECT_LE(max_rel(hb, ha), 1e-4) << "row " << p;
+    EXPECT_LE(test::max_rel(lb.data(), la.data(), la.size()), 1e-4) << "row " << p;
+    EXPECT_LE(test::max_rel(hb.data(), ha.data(), ha.size()), 1e-4) << "row " << p;
   }
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "engine/cpu_ops.h"
+#include "fixture_util.h"
 #include "engine/mtp.h"
 #include "engine/weights.h"
 #include "format/safetensors.h"
@@ -25,23 +26,6 @@ namespace {
 std::string fixture_dir() {
   const char* env = std::getenv("HS_MTP_FIXTURE_DIR");
   return env ? env : std::string(HS_TEST_DATA) + "/mtp-tiny";
-}
-
-std::vector<float> floats(const st::File& f, const std::string& name) {
-  const auto& t = f.tensors().at(name);
-  std::vector<float> v(static_cast<size_t>(t.n_elements()));
-  std::memcpy(v.data(), t.data, t.nbytes);
-  return v;
-}
-
-// max |a - b| / max(1, max |b|)
-double max_rel(const float* a, const float* b, size_t n) {
-  double d = 0, m = 1;
-  for (size_t i = 0; i < n; ++i) {
-    d = std::max(d, std::fabs(static_cast<double>(a[i]) - b[i]));
-    m = std::max(m, std::fabs(static_cast<double>(b[i])));
-  }
-  return d / m;
 }
 
 TEST(MtpFixtures, DraftLogitsMatchTheReferenceBlock) {
@@ -71,7 +55,9 @@ TEST(MtpFixtures, DraftLogitsMatchTheReferenceBlock) {
   const auto& tk = ex.tensors().at("tokens");
   std::vector<int32_t> tokens(static_cast<size_t>(tk.n_elements()));
   std::memcpy(tokens.data(), tk.data, tk.nbytes);
-  const std::vector<float> hidden = floats(ex, "hidden"), logits = floats(ex, "logits"), out = floats(ex, "hidden_out");
+  const std::vector<float> hidden = test::tensor_values<float>(ex, "hidden"),
+                           logits = test::tensor_values<float>(ex, "logits"),
+                           out = test::tensor_values<float>(ex, "hidden_out");
   const int64_t T = static_cast<int64_t>(tokens.size()), V = c.vocab_size, per = c.hc_mult * c.dim;
   ASSERT_EQ(static_cast<int64_t>(logits.size()), T * V);
   ASSERT_EQ(static_cast<int64_t>(hidden.size()), T * per);
@@ -82,15 +68,15 @@ TEST(MtpFixtures, DraftLogitsMatchTheReferenceBlock) {
   for (int64_t p = 0; p < T; ++p) {
     DraftRows r{seq.get(), tokens.data() + p, hidden.data() + p * per, 1};
     d.forward({&r, 1}, lg.data(), h.data());
-    EXPECT_LE(max_rel(lg.data(), logits.data() + p * V, static_cast<size_t>(V)), kTol) << "logits, row " << p;
-    EXPECT_LE(max_rel(h.data(), out.data() + p * per, static_cast<size_t>(per)), kTol) << "HC state, row " << p;
+    EXPECT_LE(test::max_rel(lg.data(), logits.data() + p * V, static_cast<size_t>(V)), kTol) << "logits, row " << p;
+    EXPECT_LE(test::max_rel(h.data(), out.data() + p * per, static_cast<size_t>(per)), kTol) << "HC state, row " << p;
   }
   for (int64_t n : {int64_t{5}, T}) {
     auto s = d.new_sequence();
     DraftRows r{s.get(), tokens.data(), hidden.data(), n};
     d.forward({&r, 1}, lg.data(), h.data());
-    EXPECT_LE(max_rel(lg.data(), logits.data() + (n - 1) * V, static_cast<size_t>(V)), kTol) << n << " rows at once";
-    EXPECT_LE(max_rel(h.data(), out.data() + (n - 1) * per, static_cast<size_t>(per)), kTol) << n << " rows at once";
+    EXPECT_LE(test::max_rel(lg.data(), logits.data() + (n - 1) * V, static_cast<size_t>(V)), kTol) << n << " rows at once";
+    EXPECT_LE(test::max_rel(h.data(), out.data() + (n - 1) * per, static_cast<size_t>(per)), kTol) << n << " rows at once";
   }
 }
 

@@ -18,6 +18,7 @@
 #include "util/error.h"
 
 #include "gguf_util.h"
+#include "official_dir_util.h"
 
 namespace hs {
 namespace {
@@ -147,54 +148,7 @@ TEST(MtpLoad, OfficialNamingInASafetensorsDirectory) {
   spec.vocab = 320;  // the tiny fixture's config
   const auto mem = make_synthetic_source(spec);
   const std::string dir = testing::TempDir() + "/hs_mtp_official";
-  std::filesystem::create_directories(dir);
-  std::string cfg;
-  {
-    std::ifstream f(std::string(HS_TEST_DATA) + "/tiny/config.json");
-    cfg.assign(std::istreambuf_iterator<char>(f), {});
-  }
-  const size_t at = cfg.find("\"num_nextn_predict_layers\": 0");
-  ASSERT_NE(at, std::string::npos);
-  cfg.replace(at, std::strlen("\"num_nextn_predict_layers\": 0"), "\"num_nextn_predict_layers\": 1");
-  std::ofstream(dir + "/config.json") << cfg;
-  // model.safetensors: 8-byte header size, JSON header, F32 data.
-  std::vector<std::pair<std::string, std::vector<float>>> tensors;
-  std::vector<std::vector<int64_t>> shapes;
-  std::vector<TensorSpec> specs = mem->mtp_specs();
-  for (const TensorSpec& t : model_tensor_specs(mem->config(), 0, 1, true, true))
-    if (t.name == "token_embd" || t.name == "output") specs.push_back(t);
-  for (const TensorSpec& t : specs) {
-    if (t.role == TensorRole::Experts) {
-      for (int64_t e = 0; e < t.shape[0]; ++e) {
-        std::string n = t.official;
-        n.replace(n.find("{e}"), 3, std::to_string(e));
-        tensors.emplace_back(n + ".weight", mem->read_expert_f32(t, e));
-        shapes.push_back({t.shape[1], t.shape[2]});
-      }
-    } else {
-      tensors.emplace_back(t.official, mem->read_f32(t));
-      shapes.push_back(t.shape);
-    }
-  }
-  std::string header = "{";
-  size_t off = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    std::string shape;
-    for (int64_t d : shapes[i]) shape += (shape.empty() ? "" : ",") + std::to_string(d);
-    const size_t n = tensors[i].second.size() * 4;
-    header += (i ? "," : "") + cat("\"", tensors[i].first, "\":{\"dtype\":\"F32\",\"shape\":[", shape,
-                                   "],\"data_offsets\":[", off, ",", off + n, "]}");
-    off += n;
-  }
-  header += "}";
-  while (header.size() % 8) header += ' ';
-  {
-    std::ofstream f(dir + "/model.safetensors", std::ios::binary);
-    const uint64_t hn = header.size();
-    f.write(reinterpret_cast<const char*>(&hn), 8);
-    f << header;
-    for (const auto& t : tensors) f.write(reinterpret_cast<const char*>(t.second.data()), static_cast<std::streamsize>(t.second.size() * 4));
-  }
+  ASSERT_NO_FATAL_FAILURE(write_official_dir(*mem, mem->mtp_specs(), dir, "\"num_nextn_predict_layers\": 0", "\"num_nextn_predict_layers\": 1"));
   const auto src = ModelSource::open(dir);
   EXPECT_EQ(src->format(), "official");
   ASSERT_TRUE(src->has_mtp());

@@ -50,4 +50,17 @@ void attn_output(const AttnCtx& a, float* o, float* y) {
   if (a.model) a.ops.round_bf16(y, n * c.dim);
 }
 
+void block_hc_post(const AttnCtx& a, const float* y, const float* post, const float* comb, float* X) {
+  if (a.model) a.ops.hc_post_bf16(y, post, comb, a.n, a.c, X);
+  else a.ops.hc_post(y, post, comb, a.n, a.c, X);
+}
+
+void ffn_sublayer(const AttnCtx& a, const int32_t* tokens, float* X, float* u, float* post, float* comb, float* xn,
+                  float* y) {
+  a.ops.hc_pre(a.L.hc_ffn, a.c, X, a.n, u, post, comb);
+  a.ops.rmsnorm_bf16(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, rounding(a, true, true));
+  a.ops.moe(a.L, a.c, xn, tokens, a.n, a.model ? Numerics::Model : Numerics::Reference, y);
+  block_hc_post(a, y, post, comb, X);
+}
+
 }  // namespace hs

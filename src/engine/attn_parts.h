@@ -30,4 +30,12 @@ void attn_kv(const AttnCtx& a, const float* x, float* kv);
 // Output: inverse RoPE of o [n, H, hd] (in place), the grouped low-rank wo_a, then wo_b into y [n, D].
 void attn_output(const AttnCtx& a, float* o, float* y);
 
+// The rest of a block, the same for both: hc_post of a sub-layer's output y [n, D] into the HC
+// state X (bf16(X) after it under model numerics), and the whole FFN sub-layer
+// X = hc_post(moe(ffn_norm(hc_pre_ffn(X)))) with the caller's scratch u/xn/y [n, D],
+// post [n, hc], comb [n, hc, hc]; tokens [n] drive the hash-routed layers.
+void block_hc_post(const AttnCtx& a, const float* y, const float* post, const float* comb, float* X);
+void ffn_sublayer(const AttnCtx& a, const int32_t* tokens, float* X, float* u, float* post, float* comb, float* xn,
+                  float* y);
+
 }  // namespace hs

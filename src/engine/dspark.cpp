@@ -136,13 +136,8 @@ DsparkBlock DsparkDrafter::draft_block(const DsparkSequence& s, int32_t anchor) 
     float* o = ops_.alloc(B * H * hd);
     ops_.upload(o, oh.data(), B * H * hd);
     attn_output(a, o, y);
-    if (model()) ops_.hc_post_bf16(y, post, comb, B, c_, X);
-    else ops_.hc_post(y, post, comb, B, c_, X);
-    ops_.hc_pre(L.hc_ffn, c_, X, B, u, post, comb);
-    ops_.rmsnorm_bf16(u, L.ffn_norm, B, c_.norm_eps, xn, both);
-    ops_.moe(L, c_, xn, tokens.data(), B, numerics_, y);
-    if (model()) ops_.hc_post_bf16(y, post, comb, B, c_, X);
-    else ops_.hc_post(y, post, comb, B, c_, X);
+    block_hc_post(a, y, post, comb, X);
+    ffn_sublayer(a, tokens.data(), X, u, post, comb, xn, y);
     ops_.release_to(mark);
   }
   float* h = ops_.alloc(B * D);

@@ -115,20 +115,12 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   // auto: DSpark first (V4-Flash-0731 ships it; its stages also sit under mtp.<s>.*).
   const bool want_dspark = draft == "dspark" || (draft == "auto" && draft_src.has_dspark());
   const bool want_mtp = !want_dspark && (draft == "mtp" || (draft == "auto" && draft_src.has_mtp()));
-  if (want_dspark && opts.only_shard < 0) {
-    auto problems = draft_src.validate_dspark();
+  if ((want_dspark || want_mtp) && opts.only_shard < 0) {  // the tensors are checked before any weight is loaded
+    const auto problems = want_dspark ? draft_src.validate_dspark() : draft_src.validate_mtp();
     if (!problems.empty()) {
-      std::string msg = cat("--draft ", draft, ": ", draft_src.path(), ": the DSpark drafter cannot be used (",
-                            problems.size(), " problem(s)):");
-      for (size_t i = 0; i < problems.size() && i < 8; ++i) msg += "\n  " + problems[i];
-      fail(msg);
-    }
-  }
-  if (want_mtp && opts.only_shard < 0) {  // the tensors are checked before any weight is loaded
-    auto problems = draft_src.validate_mtp();
-    if (!problems.empty()) {
-      std::string msg = cat("--draft ", draft, ": ", draft_src.path(), ": the MTP block cannot be used (",
-                            problems.size(), " problem(s)):");
+      std::string msg = cat("--draft ", draft, ": ", draft_src.path(), ": the ",
+                            want_dspark ? "DSpark drafter" : "MTP block", " cannot be used (", problems.size(),
+                            " problem(s)):");
       for (size_t i = 0; i < problems.size() && i < 8; ++i) msg += "\n  " + problems[i];
       fail(msg);
     }
@@ -208,29 +200,22 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
       embed = &draft_embed_;
     }
     const ModelSource& dsrc = draft_source_ ? *draft_source_ : *source_;
+    auto adopt = [&ops](Mat& m) { ops.adopt_weight(m); };
+    ModelConfig dc = config_;  // (the expert count as overridden) with the drafter's own keys
     if (want_dspark) {
-      ModelConfig dc = config_;  // (the expert count as overridden) with the drafter's own keys
       dc.dspark = dsrc.config().dspark;
-      dspark_ = std::make_unique<DsparkDrafter>(dc, load_dspark_weights(dsrc, ops.weight_form(),
-                                                                         [&ops](Mat& m) { ops.adopt_weight(m); }),
-                                                ops, *embed, last.head(), opts.numerics);
+      dspark_ = std::make_unique<DsparkDrafter>(dc, load_dspark_weights(dsrc, ops.weight_form(), adopt), ops, *embed,
+                                                last.head(), opts.numerics);
+    } else {
+      StatePoolOptions po;
+      po.slots = opts.max_seqs;
+      po.max_context = opts.max_context;
+      po.max_rollback = opts.max_rollback;
+      po.packed = opts.numerics == Numerics::Model;
+      dc.mtp_ratio = dsrc.config().mtp_ratio;  // the drafter's own schedule entry
+      drafter_ = std::make_unique<MtpDrafter>(dc, load_mtp_weights(dsrc, ops.weight_form(), adopt), ops, *embed,
+                                              last.head(), opts.numerics, mtp_pool_options(dc, po));
     }
-  }
-  if (want_mtp && opts.only_shard < 0) {
-    Shard& last = *shards_.back();
-    Ops& ops = last.ops();
-    const Mat* embed = &shards_.front()->ops() == &ops ? &shards_.front()->embedding() : &draft_embed_;
-    StatePoolOptions po;
-    po.slots = opts.max_seqs;
-    po.max_context = opts.max_context;
-    po.max_rollback = opts.max_rollback;
-    po.packed = opts.numerics == Numerics::Model;
-    const ModelSource& dsrc = draft_source_ ? *draft_source_ : *source_;
-    ModelConfig dc = config_;  // (the expert count as overridden) with the drafter's own schedule entry
-    dc.mtp_ratio = dsrc.config().mtp_ratio;
-    drafter_ = std::make_unique<MtpDrafter>(dc, load_mtp_weights(dsrc, ops.weight_form(),
-                                                                      [&ops](Mat& m) { ops.adopt_weight(m); }),
-                                            ops, *embed, last.head(), opts.numerics, mtp_pool_options(dc, po));
   }
   // What decides the state's bits: the weights, the numerics and row forms, the expert count,
   // where every layer runs (CPU and CUDA kernels round differently), the page size.

@@ -226,11 +226,9 @@ void Shard::layers(const Batch& b, float* X) {
     ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
     norm_bf16(u, L.attn_norm, n, xn);
     attention(L, b, xn, y);
-    hc_post(y, post, comb, n, X);
-    ops_.hc_pre(L.hc_ffn, c, X, n, u, post, comb);
-    norm_bf16(u, L.ffn_norm, n, xn);
-    ops_.moe(L, c, xn, b.tokens.data(), n, numerics_, y);
-    hc_post(y, post, comb, n, X);
+    const AttnCtx a{ops_, c, L, rope_main_, b.pos.data(), n, model()};  // (the FFN half uses no RoPE)
+    block_hc_post(a, y, post, comb, X);
+    ffn_sublayer(a, b.tokens.data(), X, u, post, comb, xn, y);
     if (tap_ && std::find(tap_layers_.begin(), tap_layers_.end(), L.layer) != tap_layers_.end()) tap_(L.layer, X, n);
     ops_.release_to(mark);
   }

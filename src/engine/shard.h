@@ -119,11 +119,6 @@ class Shard {
   void norm_bf16(float* x, const std::vector<float>& w, int64_t rows, float* y) {
     ops_.rmsnorm_bf16(x, w, rows, config_.norm_eps, y, rounding(true, true));
   }
-  // hc_post, then bf16(X) under model numerics.
-  void hc_post(const float* y, const float* post, const float* comb, int64_t n, float* X) {
-    if (model()) ops_.hc_post_bf16(y, post, comb, n, config_, X);
-    else ops_.hc_post(y, post, comb, n, config_, X);
-  }
 
   ModelConfig config_;
   ShardWeights w_;
