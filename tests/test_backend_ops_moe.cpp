@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include <functional>
+#include <set>
 
 #include "backend_ops_util.h"
 #include "kernels/cuda/moe_cuda.h"
@@ -403,43 +404,48 @@ TEST_F(BackendOps, MoeExpertsShared) {
 }
 
 // DeepSeek-V4-Flash shapes: D 4096, I 2048, 256 experts, k 6 (MXFP4 with a Q8_0 shared expert
-// and FP8_B128 checked at n = 1 and 512, Q8_0 and Q2_K at n = 1; model numerics at n = 1).
-// Timings are printed, not asserted (events, median of 20 after a warm-up): n = 1 as GB/s of
-// the weight bytes its 6 experts (and the shared one) hold, n = 512 in ms per mode.
+// and FP8_B128 checked at n = 1 and 512, Q8_0, Q2_K and IQ2_XXS at n = 1; model numerics at
+// n = 1). Timings are printed, not asserted (events, median of 20 after a warm-up): decode (n = 1
+// and 8) as GB/s of the weight bytes of the distinct experts the routing picks (and the shared
+// one), n = 512 in ms per mode.
 TEST_F(BackendOps, MoeExpertsFlash) {
   const Kind kinds[] = {{hc::WType::MXFP4}, {hc::WType::FP8_B128}, {hc::WType::Q8_0},
-                        {hc::WType::GGML_BLOCK, GgmlType::Q2_K}};
+                        {hc::WType::GGML_BLOCK, GgmlType::Q2_K}, {hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}};
   const Kind q8{hc::WType::Q8_0};
   for (const Kind& kd : kinds) {
     const bool full = kd.type == hc::WType::MXFP4 || kd.type == hc::WType::FP8_B128;  // prefill checked too
     const Problem p(ctx(), kd, 256, 6, 4096, 2048, 42000 + static_cast<int>(kd.type) * 10,
                     kd.type == hc::WType::MXFP4 ? &q8 : nullptr);
     const std::string name = kd.name() + (p.sh ? "+Q8_0" : "");
-    const double routed = static_cast<double>(p.k) * (p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
+    const double per_expert = static_cast<double>(p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
     const double shared = p.sh ? static_cast<double>(p.sh->w1.bytes.size() * 2 + p.sh->w2.bytes.size()) : 0.0;
-    for (int64_t n : {1, 512}) {
-      if (n == 1 || full) check_problem(ctx(), p, name, n, 42500 + n, false, n == 1, false);
-      Bufs r(ctx(), p, p.input(n, 42700), n, make_routing(n, p.k, p.E, 42600 + n));
+    for (int64_t n : {1, 8, 512}) {
+      const bool decode = n <= 8;
+      if (n == 1 || (n == 512 && full)) check_problem(ctx(), p, name, n, 42500 + n, false, n == 1, false);
+      const Routing rt = make_routing(n, p.k, p.E, 42600 + n);
+      const double routed = per_expert * static_cast<double>(std::set<int32_t>(rt.idx.begin(), rt.idx.end()).size());
+      Bufs r(ctx(), p, p.input(n, 42700), n, rt);
       for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
-        if (n == 1 && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
+        if (decode && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
         const double ms = median_ms(ctx(), [&] {
           hc::moe_experts(ctx(), p.d1.view, p.d3.view, p.d2.view, p.E, r.x.p(), n, r.idx.p(), r.wt.p(), p.k, kLimit, m,
                           r.ws.p(), r.y.p());
         });
-        if (n == 1)
-          std::printf("[moe-timing] %-14s n=1    routed          %6.1f us  %5.0f GB/s of %.1f MB\n", name.c_str(),
-                      ms * 1e3, routed / (ms * 1e-3) / 1e9, routed / 1e6);
+        if (decode)
+          std::printf("[moe-timing] %-14s n=%-4lld routed          %6.1f us  %5.0f GB/s of %.1f MB\n", name.c_str(),
+                      static_cast<long long>(n), ms * 1e3, routed / (ms * 1e-3) / 1e9, routed / 1e6);
         else
           std::printf("[moe-timing] %-14s n=%-4lld %s %.3f ms\n", name.c_str(), static_cast<long long>(n),
                       m == hc::GemmMode::F32 ? "f32 " : "bf16", ms);
       }
       if (p.sh) {  // routed + shared, reference and model numerics
         for (bool model : {false, true}) {
-          const hc::GemmMode m = n == 1 ? hc::GemmMode::F32 : hc::GemmMode::Bf16;
+          const hc::GemmMode m = decode ? hc::GemmMode::F32 : hc::GemmMode::Bf16;
           const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, model); });
-          if (n == 1)
-            std::printf("[moe-timing] %-14s n=1    +shared %-9s %5.1f us  %5.0f GB/s of %.1f MB\n", name.c_str(),
-                        model ? "model" : "reference", ms * 1e3, (routed + shared) / (ms * 1e-3) / 1e9,
+          if (decode)
+            std::printf("[moe-timing] %-14s n=%-4lld +shared %-9s %5.1f us  %5.0f GB/s of %.1f MB\n", name.c_str(),
+                        static_cast<long long>(n), model ? "model" : "reference", ms * 1e3,
+                        (routed + shared) / (ms * 1e-3) / 1e9,
                         (routed + shared) / 1e6);
           else
             std::printf("[moe-timing] %-14s n=%-4lld +shared bf16 %-9s %.3f ms\n", name.c_str(),

@@ -175,15 +175,18 @@ __global__ void __launch_bounds__(kThreads) dec_kernel(DecArgs a) {
         if (sg + S < tot) issue(sg + S);  // in flight while this step decodes
         const int64_t ui = (sg % SPS) * 32 + lane, xu = (sg / SPS) * Us + ui;
         if (ui < Us) {
-          float v[NS][32];
-          HS_UNROLL for (int r = 0; r < NS; ++r)
+          // The unit's 32 inputs stay in registers and the streams are decoded one at a time:
+          // decoding all NS units at once held 32 * NS floats (174 registers for IQ2_XXS gate/up,
+          // one block per SM). Each stream's sum runs over p in the same order as before.
+          float4 xv[8];
+          HS_UNROLL for (int p = 0; p < 8; ++p) xv[p] = xs4[xu * 8 + (p ^ static_cast<int>(xu & 7))];
+          HS_UNROLL for (int r = 0; r < NS; ++r) {
+            float v[32];
             QDecode<T>::unit(BlockIn{reinterpret_cast<const uint32_t*>(stage + r * Gm::kStage),
                                      hd[r] + (lane / Gm::kUnits) * Tr::kBytes},
-                             lane % Gm::kUnits, tabs, v[r]);
-          HS_UNROLL for (int p = 0; p < 8; ++p) {
-            const float4 xv = xs4[xu * 8 + (p ^ static_cast<int>(xu & 7))];
-            HS_UNROLL for (int r = 0; r < NS; ++r)
-              acc[r] = fma4(make_float4(v[r][4 * p], v[r][4 * p + 1], v[r][4 * p + 2], v[r][4 * p + 3]), xv, acc[r]);
+                             lane % Gm::kUnits, tabs, v);
+            HS_UNROLL for (int p = 0; p < 8; ++p)
+              acc[r] = fma4(make_float4(v[4 * p], v[4 * p + 1], v[4 * p + 2], v[4 * p + 3]), xv[p], acc[r]);
           }
         }
         __syncwarp();  // the staging buffer is rewritten next
