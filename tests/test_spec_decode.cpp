@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "engine/engine.h"
 #include "engine/mtp.h"
@@ -129,6 +131,56 @@ TEST(SpecDecode, ForcedAcceptanceSkipsSteps) {
       EXPECT_EQ(ss.decode_steps, n - 1);
     }
   }
+}
+
+// The random MTP block's drafts (almost) always fail: a request verifies a few of them, then
+// only probes on the shared step grid (at most one per 8 steps); the next request in the same
+// scheduler starts from the lower estimate and verifies fewer before it backs off; the output
+// stays plain greedy's.
+TEST(SpecDecode, FailingDraftsBackOffAndTheNextRequestStartsLower) {
+  auto e = mtp_engine();
+  const int n = 120;
+  const auto plain = test::run_all(*e, options(0), {prompt_of(9, 1), prompt_of(9, 2)}, n, {greedy(), greedy()});
+  Scheduler s(*e, options(3));
+  std::vector<int64_t> drafted, accepted;
+  for (int i = 0; i < 2; ++i) {
+    const SchedulerStats before = s.stats();
+    const test::Outcome out = test::generate(s, prompt_of(9, 1 + i), n, greedy()).get();
+    EXPECT_EQ(out.tokens, plain[static_cast<size_t>(i)].tokens) << "request " << i;
+    const SchedulerStats after = s.stats();
+    drafted.push_back(after.drafted_tokens - before.drafted_tokens);
+    accepted.push_back(after.accepted_tokens - before.accepted_tokens);
+  }
+  ASSERT_LE(accepted[0] * 4, drafted[0]) << "the random drafter accepts too often for this test";
+  // From 0.6: k = 2, 2, then k = 1 four times (10 drafts), then probes of one draft.
+  EXPECT_GE(drafted[0], 8);
+  EXPECT_LE(drafted[0], 10 + n / 8 + 1);
+  EXPECT_LT(drafted[1], drafted[0]) << "the second request should start from the first's lower estimate";
+}
+
+// A sampled request's tokens depend on its seed alone, also once its drafts have backed off to
+// probes: alone, or started later next to other requests (their probes on the scheduler's step
+// grid, its own on its token count), it gives the same tokens.
+TEST(SpecDecode, ASampledRequestsTokensDoNotDependOnWhatElseRuns) {
+  auto e = mtp_engine();
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.seed = 77;
+  const int n = 90;
+  test::Outcome a;
+  {
+    Scheduler alone(*e, options(3));
+    a = test::generate(alone, prompt_of(7, 9), n, p).get();
+    ASSERT_GT(alone.stats().drafted_tokens, 0);
+  }
+  Scheduler busy(*e, options(3));
+  auto g1 = test::generate(busy, prompt_of(12, 3), n + 40, greedy());
+  auto g2 = test::generate(busy, prompt_of(5, 4), n + 40, greedy());
+  while (busy.stats().decode_steps < 13) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const test::Outcome b = test::generate(busy, prompt_of(7, 9), n, p).get();
+  g1.get();
+  g2.get();
+  EXPECT_EQ(a.tokens, b.tokens);
 }
 
 // A state that verified k + 1 tokens and rolled back to a + 1 of them equals one that only ever

@@ -159,43 +159,66 @@ TEST(Speculative, OneHotDistributionsAreGreedyAndDrawNothing) {
 
 TEST(Speculative, DraftLengthAdapts) {
   DraftLength len(5);
-  EXPECT_GE(len.next(), 1);
+  int64_t step = 0;
+  EXPECT_GE(len.next(step++), 1);
   // Drafts that always fail: after the first few, only probes, further and further apart.
   int drafted = 0, steps_with_drafts = 0;
-  for (int i = 0; i < 1000; ++i) {
-    const int k = len.next();
+  for (int i = 0; i < 1000; ++i, ++step) {
+    const int k = len.next(step);
     if (k > 0) len.observe(k, 0);
     if (i >= 200) {
       drafted += k;
       steps_with_drafts += k > 0;
+      if (k > 0) EXPECT_EQ(step % 64, 0) << "a probe off the shared 64-step grid at step " << step;
     }
   }
   EXPECT_LE(steps_with_drafts, 800 / 64 + 1);  // one probe every 64 steps
+  EXPECT_GE(steps_with_drafts, 800 / 64 - 1);
   EXPECT_EQ(drafted, steps_with_drafts);       // of one draft each
   // Backed off, the drafter is fed only on the few steps before each probe (the scheduler asks
   // wants_rows() after next(), for the step about to run): every probe has such steps right
   // before it, and most steps have none.
   int fed = 0, probes = 0, fed_before_probe = 0;
   bool last_fed = false;
-  for (int i = 0; i < 640; ++i) {
-    const int k = len.next();
+  for (int i = 0; i < 640; ++i, ++step) {
+    const int k = len.next(step);
     if (k > 0) {
       ++probes;
       fed_before_probe += last_fed;
       len.observe(k, 0);
     }
-    last_fed = len.wants_rows();
+    last_fed = len.wants_rows(step);
     fed += last_fed && k == 0;
   }
   EXPECT_GE(probes, 9);
   EXPECT_EQ(fed_before_probe, probes);
   EXPECT_LE(fed, probes * 4);
   // Drafts that are always accepted: a probe that works brings the full length back.
-  for (int i = 0; i < 200; ++i) {
-    const int k = len.next();
+  for (int i = 0; i < 200; ++i, ++step) {
+    const int k = len.next(step);
     if (k > 0) len.observe(k, k);
   }
-  EXPECT_EQ(len.next(), 5);
+  EXPECT_EQ(len.next(step), 5);
+}
+
+// Sequences that back off at different times probe in the same steps (the intervals are powers
+// of two on the shared step count), so a batch pays for one step of verify rows, not one per
+// sequence.
+TEST(Speculative, DraftLengthProbesAlign) {
+  std::vector<DraftLength> lens;
+  for (int i = 0; i < 8; ++i) lens.emplace_back(3, 0.3 + 0.05 * i);  // each backs off after its own number of failures
+  int steps_with_probe = 0, probes = 0;
+  for (int64_t step = 0; step < 2000; ++step) {
+    int here = 0;
+    for (size_t i = 0; i < lens.size(); ++i) {
+      if (step < static_cast<int64_t>(7 * i)) continue;  // staggered joins
+      const int k = lens[i].next(step);
+      if (k > 0) lens[i].observe(k, 0), ++here;
+    }
+    if (step >= 500) probes += here, steps_with_probe += here > 0;
+  }
+  EXPECT_GE(probes, 8 * (1500 / 64 - 1));
+  EXPECT_LE(steps_with_probe, 1500 / 64 + 1);  // every sequence probes in the same steps
 }
 
 }  // namespace

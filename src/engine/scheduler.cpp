@@ -182,7 +182,10 @@ void Scheduler::loop() {
         s->out.clear();
         s->last = -1;
         s->drafting = may_draft(s->req);
-        s->draft_len = std::make_unique<DraftLength>(std::max(opts_.draft_max, 1));
+        // (A sampled request starts where its seed alone decides: see Slot::draft_clock.)
+        s->draft_len = std::make_unique<DraftLength>(
+            std::max(opts_.draft_max, 1),
+            draws_uniform(s->req.sampling) ? DraftLength::kStart : std::min(DraftLength::kStart, draft_prior_));
         s->clear_drafts();
         free_pages -= pages_wanted(*s);
         stats_.requests_active++;
@@ -249,6 +252,8 @@ void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
     tokens.insert(tokens.end(), s.out.begin(), s.out.end());
     keep_snapshot(s, tokens);
   }
+  if (s.drafting && s.draft_len && s.draft_len->judged() > 0 && !s.req.test_drafts && !draws_uniform(s.req.sampling))
+    draft_prior_ = 0.5 * draft_prior_ + 0.5 * s.draft_len->acceptance();
   GenerationRequest req = std::move(s.req);
   s.sampler.reset();
   s.clear_drafts();
@@ -357,11 +362,12 @@ void Scheduler::step_once() {
         s->verify_logits.resize(static_cast<size_t>(n * V));
         item = StepItem{s->seq.get(), s->verify.data(), n, s->verify_logits.data(), true};
       }
-      if (s->wants_rows(engine_)) {  // the drafter continues from these rows
+      const bool rows = s->wants_rows(engine_, step_no_);
+      if (rows && s->feeds_drafter(engine_)) {  // the MTP drafter continues from these rows
         s->hidden.resize(static_cast<size_t>(n * per));
         item.hidden = s->hidden.data();
       }
-      if (s->feeds_dspark(engine_)) {  // the DSpark drafter's context: every row's taps
+      if (rows && s->feeds_dspark(engine_)) {  // the DSpark drafter's context: the rows' taps
         s->taps.resize(static_cast<size_t>(n * engine_.dspark()->tap_width()));
         item.taps = s->taps.data();
       }
@@ -393,7 +399,11 @@ void Scheduler::step_once() {
       budget -= n;
     }
   };
-  make_drafts(live);
+  try {
+    make_drafts(live);
+  } catch (const std::exception& e) {  // the drafter's pass is batched: every drafting request stops drafting
+    for (Slot* s : live) stop_drafting(*s, e);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     plan();
@@ -423,6 +433,7 @@ void Scheduler::step_once() {
     }
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++step_no_;
   {
     std::lock_guard<std::mutex> lk(mu_);
     // A mixed step's time is shared out by rows.
@@ -445,7 +456,13 @@ void Scheduler::step_once() {
     if (s.drafts.empty()) keep_rows(s, items[i], s.feed_done < s.feed.size());
     // A prompt chunk's or a decode step's rows are committed: into the DSpark context (a verify
     // step's accepted ones go in verify()).
-    if (s.drafts.empty() && items[i].taps) dspark_context(s, s.seq->n_past() - items[i].n, items[i].n);
+    if (s.drafts.empty() && items[i].taps) {
+      try {
+        dspark_context(s, s.seq->n_past() - items[i].n, items[i].n);
+      } catch (const std::exception& e) {
+        stop_drafting(s, e);
+      }
+    }
     if (s.feed_done < s.feed.size()) {
       s.feed_done += static_cast<size_t>(items[i].n);
       const auto& pts = s.req.cache_points;
@@ -487,13 +504,18 @@ void Scheduler::step_once() {
         constraint->accept(r.token);
         constraint_secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - ta).count();
       }
+      shadow_probe(s, r.token);
       emit(s, r, dev && dev->sampled, constraint != nullptr, constraint_secs);
     } catch (const std::exception& e) {
       log_warn("request ", s.id, " failed: ", e.what());
       finish(s, FinishReason::Error, e.what());
     }
   }
-  feed_drafter(stepped);  // prompt chunks whose rows are complete
+  try {
+    feed_drafter(stepped);  // prompt chunks whose rows are complete
+  } catch (const std::exception& e) {
+    for (Slot* s : stepped) stop_drafting(*s, e);
+  }
 }
 
 bool Scheduler::emit(Slot& s, const SampleResult& r, bool device, bool constrained, double constraint_secs) {

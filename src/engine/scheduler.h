@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include "engine/engine.h"
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "engine/token_constraint.h"
 
 namespace hs {
@@ -147,7 +149,7 @@ class Scheduler {
   bool emit(Slot& s, const SampleResult& r, bool device, bool constrained, double constraint_secs);
   // Speculative decoding (scheduler_draft.cpp).
   bool may_draft(const GenerationRequest& q) const;
-  void make_drafts(const std::vector<Slot*>& live);             // this step's drafts of the decoders
+  void make_drafts(const std::vector<Slot*>& live);             // step step_no_'s drafts of the decoders
   void feed_drafter(const std::vector<Slot*>& slots);           // complete pending rows into the drafter
   void keep_rows(Slot& s, const StepItem& item, bool prefill);  // a step's rows become pending drafter rows
   // The DSpark drafter (scheduler_dspark.cpp): a block of at most k drafts for s; rows p0..p0+n-1
@@ -155,6 +157,8 @@ class Scheduler {
   void make_dspark_drafts(Slot& s, int k);
   void dspark_context(Slot& s, int64_t p0, int64_t n);
   void verify(Slot& s);                                         // acceptance, rollback, the tokens out
+  void shadow_probe(Slot& s, int32_t token);                    // a backed-off probe's outcome
+  void stop_drafting(Slot& s, const std::exception& e);          // the drafter failed: plain decoding from here
 
   Engine& engine_;
   SchedulerOptions opts_;
@@ -166,6 +170,13 @@ class Scheduler {
   SchedulerStats stats_;
   uint64_t next_id_ = 1;
   uint64_t next_admitted_ = 1;
+  int64_t step_no_ = 0;  // engine steps run so far (the drafters' probes fall on multiples: DraftLength)
+  // Where a new greedy request's acceptance estimate starts (at most DraftLength::kStart): the
+  // running mean of the final estimates of the greedy requests that drafted, so that on a server
+  // whose drafts keep failing a new request does not first spend its early steps verifying
+  // failing drafts. (Greedy only: a sampled request's drafting must depend on it alone, its
+  // seed's tokens do.)
+  double draft_prior_ = DraftLength::kStart;
   bool stop_ = false, draining_ = false;
   std::thread thread_;
 };

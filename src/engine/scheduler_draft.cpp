@@ -13,6 +13,7 @@
 #include "engine/mtp.h"
 #include "engine/scheduler_slot.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace hs {
 
@@ -28,6 +29,16 @@ void align(Sequence& seq, int64_t pos) {
 }
 
 }  // namespace
+
+// Drafting only ever saves steps: a drafter that fails (an error in its pass, its context)
+// leaves the request decoding plainly, with a warning, instead of failing it. (Slots that were
+// not drafting, or have ended, are left alone.)
+void Scheduler::stop_drafting(Slot& s, const std::exception& e) {
+  if (!s.busy || !s.drafting) return;
+  log_warn("request ", s.id, ": speculative decoding stopped (the drafter failed): ", e.what());
+  s.drafting = false;
+  s.clear_drafts();
+}
 
 bool Scheduler::may_draft(const GenerationRequest& q) const {
   if (opts_.draft_max <= 0 || (!engine_.drafter() && !engine_.dspark() && !q.test_drafts)) return false;
@@ -76,8 +87,8 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
     s->drafts.clear();
     s->draft_probs.clear();
     if (!s->drafting || s->feed_done < s->feed.size()) continue;
-    // (DSpark: its confidence head picks the length, make_dspark_drafts.)
-    int k = s->req.test_drafts || s->feeds_dspark(engine_) ? opts_.draft_max : s->draft_len->next();
+    // (DSpark: its confidence head cuts this length further, make_dspark_drafts.)
+    int k = s->req.test_drafts ? opts_.draft_max : s->draft_len->next(s->draft_clock(step_no_));
     // No drafts past what the request may still generate or the context can hold.
     k = static_cast<int>(std::min<int64_t>({k, s->req.max_tokens - s->generated() - 1,
                                             opts_.ctx_size - s->seq->n_past() - 1}));
@@ -127,6 +138,10 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
       if (ks[i] <= j) continue;
       Slot& s = *ds[i];
       const float* row = logits.data() + at[i] * static_cast<size_t>(V);
+      if (s.draft_len->probing()) {  // a shadow probe (one draft, no uniform drawn: see shadow_probe)
+        s.shadow = pick_token(row, V, SamplingParams{0.0f}, 0.0f, idx);
+        continue;
+      }
       sampling_probs(row, V, s.sampler->params(), q);
       s.draft_probs.insert(s.draft_probs.end(), q.begin(), q.end());
       s.drafts.push_back(pick_token(row, V, s.sampler->params(), s.sampler->next_uniform(), idx));
@@ -153,6 +168,17 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
   }
 }
 
+// A backed-off request's probe is not verified: its one draft (the drafter's argmax) is compared
+// with the token the step gives anyway, so the step keeps one row (it can replay as a CUDA
+// graph, and the MoE keeps its decode path) and no uniform of the request's generator is drawn
+// for it. Greedy: the outcome is the verify step's exactly; sampled: a draft equal to the token
+// drawn counts as accepted (a proxy: drafting resumes, verified, when the drafter starts to agree).
+void Scheduler::shadow_probe(Slot& s, int32_t token) {
+  if (s.shadow < 0) return;
+  s.draft_len->observe(1, token == s.shadow ? 1 : 0);
+  s.shadow = -1;
+}
+
 void Scheduler::verify(Slot& s) {
   const int64_t V = engine_.config().vocab_size, per = engine_.config().hc_mult * engine_.config().dim;
   const int k = static_cast<int>(s.drafts.size());
@@ -176,7 +202,6 @@ void Scheduler::verify(Slot& s) {
     s.pend_hidden.assign(s.hidden.begin(), s.hidden.begin() + (a + 1) * per);
     s.pend_tokens.assign(s.drafts.begin(), s.drafts.begin() + a);
   }
-  if (s.feeds_dspark(engine_)) dspark_context(s, N, a + 1);  // the last token and the accepted drafts
   if (!s.req.test_drafts) s.draft_len->observe(k, a);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -188,6 +213,13 @@ void Scheduler::verify(Slot& s) {
   std::vector<int32_t> out(s.drafts.begin(), s.drafts.begin() + a);
   out.push_back(v.next);
   s.drafts.clear();
+  if (s.feeds_dspark(engine_)) {  // the last token and the accepted drafts into its context
+    try {
+      dspark_context(s, N, a + 1);
+    } catch (const std::exception& e) {
+      stop_drafting(s, e);
+    }
+  }
   for (const int32_t t : out) {
     SampleResult r;
     r.token = t;

@@ -41,6 +41,10 @@ void Scheduler::make_dspark_drafts(Slot& s, int k) {
     // DeepSpec's confident prefix: stop at the first draft below the threshold.
     if (opts_.draft_confidence > 0.0f && 1.0 / (1.0 + std::exp(-static_cast<double>(conf))) < opts_.draft_confidence)
       break;
+    if (s.draft_len->probing()) {  // a shadow probe (scheduler_draft.cpp shadow_probe)
+      s.shadow = pick_token(logits.data(), V, SamplingParams{0.0f}, 0.0f, idx);
+      return;
+    }
     sampling_probs(logits.data(), V, s.sampler->params(), q);
     s.draft_probs.insert(s.draft_probs.end(), q.begin(), q.end());
     prev = pick_token(logits.data(), V, s.sampler->params(), s.sampler->next_uniform(), idx);

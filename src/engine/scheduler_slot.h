@@ -35,6 +35,7 @@ struct Scheduler::Slot {
   bool drafting = false;
   std::unique_ptr<DraftLength> draft_len;
   std::vector<int32_t> drafts;       // this step's drafted tokens
+  int32_t shadow = -1;               // a backed-off probe's draft: checked against this step's own token, not verified
   std::vector<float> draft_probs;    // [drafts, vocab]: the distributions they were drawn from
   std::vector<int32_t> verify;       // [last, drafts...]: the verify step's tokens
   std::vector<float> verify_logits;  // [1 + drafts, vocab]
@@ -45,6 +46,7 @@ struct Scheduler::Slot {
   int64_t pend_pos = 0, pend_n = 0;
   void clear_drafts() {
     drafts.clear();
+    shadow = -1;
     draft_probs.clear();
     pend_hidden.clear();
     pend_tokens.clear();
@@ -56,12 +58,20 @@ struct Scheduler::Slot {
   bool feeds_drafter(const Engine& e) const { return e.drafter() && drafting && !req.test_drafts; }
   // The same for the DSpark drafter: every committed row's taps go into its context.
   bool feeds_dspark(const Engine& e) const { return e.dspark() && drafting && !req.test_drafts; }
-  // Whether this step's rows are kept for it (the model's HC states downloaded): always for a
-  // verify step (verify() keeps them), else not while the draft length has backed off, so
-  // failing drafts cost no drafter pass and no download a step.
-  bool wants_rows(const Engine& e) const {
-    return feeds_drafter(e) && (!drafts.empty() || !draft_len || draft_len->wants_rows());
+  // Whether the rows of scheduler step `step` are kept for its drafter (MTP: the model's HC
+  // states downloaded; DSpark: the taps, which also keep the step out of a CUDA graph): always
+  // for a verify step (verify() keeps them), else not while the draft length has backed off, so
+  // failing drafts cost no drafter pass, no download and no graph a step.
+  bool wants_rows(const Engine& e, int64_t step) const {
+    return (feeds_drafter(e) || feeds_dspark(e)) &&
+           (!drafts.empty() || !draft_len || draft_len->wants_rows(draft_clock(step)));
   }
+  // The count its draft length's probe grid runs on (DraftLength): a greedy request's output is
+  // plain greedy's whatever it drafts, so it probes on the scheduler's step count, in the same
+  // steps as the other backed-off requests; a sampled one on its own token count, so that which
+  // tokens are drafted, and with them the uniforms its seed gives each token, depends on the
+  // request alone (a seed reproduces whatever else runs).
+  int64_t draft_clock(int64_t step) const { return draws_uniform(req.sampling) ? generated() : step; }
 };
 
 }  // namespace hs

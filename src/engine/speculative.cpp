@@ -100,25 +100,29 @@ int DraftLength::by_rate() const {
   return k;
 }
 
-int DraftLength::next() {
+int DraftLength::next(int64_t step) {
   const int k = by_rate();
   probing_ = false;
   if (k > 0) {
-    idle_ = 0;
     probe_every_ = kProbeMin;
     return k;
   }
-  if (++idle_ >= probe_every_) {
-    idle_ = 0;
+  if (step % probe_every_ == 0) {
     probing_ = true;
     return std::min(1, max_k_);
   }
   return 0;
 }
 
+bool DraftLength::wants_rows(int64_t step) const {
+  const int64_t until_probe = (probe_every_ - step % probe_every_) % probe_every_;
+  return by_rate() > 0 || (until_probe >= 1 && until_probe <= kLead);
+}
+
 void DraftLength::observe(int drafted, int accepted) {
   // The drafts after the first rejected one were never judged: they say nothing.
   const int judged = std::min(drafted, accepted + 1);
+  judged_ += judged;
   for (int i = 0; i < judged; ++i) rate_ = 0.85 * rate_ + 0.15 * (i < accepted ? 1.0 : 0.0);
   if (probing_) probe_every_ = accepted > 0 ? kProbeMin : std::min(2 * probe_every_, kProbeMax);
 }

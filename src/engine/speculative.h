@@ -29,29 +29,36 @@ struct DraftVerdict {
 DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target, const float* draft, int64_t vocab,
                            const std::function<float()>& uniform);
 
-// Adaptive draft length from acceptance history (MTP): an estimate a of the chance that a draft
-// is accepted (exponential average over the drafts' outcomes) gives the longest k whose last
-// draft still has a chance a^k >= 1/4 of being used; below that nothing is drafted, except one
-// probe draft after 8 steps, then 16, 32, up to 64 while the probes fail (back to 8 when one is
-// accepted), so a prompt where drafts fail costs little (a verify row every 64 steps, and the
-// drafter fed only the kLead steps before each probe: wants_rows) and one where they start to
+// Adaptive draft length from acceptance history (both drafters; DSpark's confidence head cuts
+// further): an estimate a of the chance that a draft is accepted (exponential average over the
+// drafts' outcomes) gives the longest k whose last draft still has a chance a^k >= 1/4 of being
+// used; below that nothing is drafted, except one probe draft where a clock the caller gives is
+// a multiple of a probe interval: 8, then 16, 32, up to 64 while the probes fail (back to 8 when
+// one is accepted). The intervals are powers of two, so sequences that share a clock (the
+// scheduler's step count, for greedy requests: Slot::draft_clock) probe in the same steps (one
+// step of verify rows, not one per sequence). A prompt where drafts fail then costs little: a
+// verify row every 64 steps, and the
+// drafter fed only the kLead steps before each probe (wants_rows); one where drafts start to
 // work is noticed.
 class DraftLength {
  public:
-  explicit DraftLength(int max_k, double start = 0.6) : max_k_(max_k), rate_(start) {}
-  int next();                            // drafts to make this step (0..max_k)
-  // Whether this step's rows should reach the drafter: it drafts by its rate, or a probe is at
-  // most kLead steps away (the drafter then restarts there, with that much context).
-  bool wants_rows() const { return by_rate() > 0 || idle_ + kLead >= probe_every_; }
+  static constexpr double kStart = 0.6;  // the estimate a request starts from, at most (Scheduler: its prior)
+  explicit DraftLength(int max_k, double start = kStart) : max_k_(max_k), rate_(start) {}
+  int next(int64_t step);                // drafts to make at clock value `step` (0..max_k)
+  // Whether the rows of that step should reach the drafter: it drafts by its rate, or a probe
+  // is at most kLead steps away (the drafter then restarts there, with that much context).
+  bool wants_rows(int64_t step) const;
   void observe(int drafted, int accepted);
+  bool probing() const { return probing_; }  // the last next() was a probe
   double acceptance() const { return rate_; }
+  int64_t judged() const { return judged_; }  // drafts whose outcome is known so far
 
  private:
   int max_k_;
   double rate_;
-  int idle_ = 0;
   int probe_every_ = kProbeMin;
   bool probing_ = false;  // the last next() was a probe
+  int64_t judged_ = 0;
   int by_rate() const;  // the longest k with a^k >= 1/4 (0: none)
   static constexpr int kProbeMin = 8, kProbeMax = 64, kLead = 4;
 };
