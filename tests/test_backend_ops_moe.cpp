@@ -311,7 +311,7 @@ void check_problem(hc::DeviceContext& c, const Problem& p, const std::string& ty
   Bufs r(c, p, x, n, rt);
   const std::string shape = "E" + std::to_string(p.E) + " k" + std::to_string(p.k) + " " + dims({p.D, p.I}) +
                             " n=" + std::to_string(n) + (skewed ? " skewed" : "") + (p.sh ? " +shared" : "");
-  const bool decode = n <= hc::kMatvecMaxCols;
+  const bool decode = n <= hc::kMoeDecodeMaxTokens;  // (past kMatvecMaxCols: in chunks of it)
   const std::string dp = decode ? "moe-decode" : "moe-prefill";
   for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
     if (decode && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
@@ -398,7 +398,7 @@ TEST_F(BackendOps, MoeExpertsShared) {
   uint64_t stream = 45000;
   for (const auto& [rk, sk] : mixes) {
     const Problem p(ctx(), rk, 16, 4, 256, 256, stream += 10, &sk);
-    for (int64_t n : {1, 3, 8, 40})
+    for (int64_t n : {1, 3, 8, 20, 40})
       check_problem(ctx(), p, rk.name() + "+" + sk.name(), n, stream + n, false, true, bf16_exact(rk) && bf16_exact(sk));
   }
 }
@@ -406,8 +406,8 @@ TEST_F(BackendOps, MoeExpertsShared) {
 // DeepSeek-V4-Flash shapes: D 4096, I 2048, 256 experts, k 6 (MXFP4 with a Q8_0 shared expert
 // and FP8_B128 checked at n = 1 and 512, Q8_0, Q2_K and IQ2_XXS at n = 1; model numerics at
 // n = 1). Timings are printed, not asserted (events, median of 20 after a warm-up): decode (n = 1
-// and 8) as GB/s of the weight bytes of the distinct experts the routing picks (and the shared
-// one), n = 512 in ms per mode.
+// and 8; 16 and 32 in chunks of 8) as GB/s of the weight bytes of the distinct experts the
+// routing picks (and the shared one), n = 512 in ms per mode.
 TEST_F(BackendOps, MoeExpertsFlash) {
   const Kind kinds[] = {{hc::WType::MXFP4}, {hc::WType::FP8_B128}, {hc::WType::Q8_0},
                         {hc::WType::GGML_BLOCK, GgmlType::Q2_K}, {hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}};
@@ -419,8 +419,8 @@ TEST_F(BackendOps, MoeExpertsFlash) {
     const std::string name = kd.name() + (p.sh ? "+Q8_0" : "");
     const double per_expert = static_cast<double>(p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
     const double shared = p.sh ? static_cast<double>(p.sh->w1.bytes.size() * 2 + p.sh->w2.bytes.size()) : 0.0;
-    for (int64_t n : {1, 8, 512}) {
-      const bool decode = n <= 8;
+    for (int64_t n : {1, 8, 16, 32, 512}) {
+      const bool decode = n <= hc::kMoeDecodeMaxTokens;
       if (n == 1 || (n == 512 && full)) check_problem(ctx(), p, name, n, 42500 + n, false, n == 1, false);
       const Routing rt = make_routing(n, p.k, p.E, 42600 + n);
       const double routed = per_expert * static_cast<double>(std::set<int32_t>(rt.idx.begin(), rt.idx.end()).size());

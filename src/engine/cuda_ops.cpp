@@ -233,11 +233,19 @@ class CudaOps : public Ops {
   }
   void matmul(const Mat& W, const float* x, int64_t n, float* y) override {
     auto prof = prof_.scope("matmul", [&] { return describe(W, n); });
-    cuda::matmul(ctx_, weight(W), x, n, y, gemm_mode());
+    try {
+      cuda::matmul(ctx_, weight(W), x, n, y, gemm_mode());
+    } catch (const Error& e) {  // which product failed: the kernels know only the shapes
+      throw Error(cat("matmul of", describe(W, n), " over ", n, " rows: ", e.what()));
+    }
   }
   void grouped_matmul(const Mat& W, int groups, const float* x, int64_t n, float* y) override {
     auto prof = prof_.scope("grouped_matmul", [&] { return describe(W, n); });
-    cuda::grouped_matmul(ctx_, weight(W), groups, x, n, y, gemm_mode());
+    try {
+      cuda::grouped_matmul(ctx_, weight(W), groups, x, n, y, gemm_mode());
+    } catch (const Error& e) {
+      throw Error(cat("grouped_matmul of", describe(W, n), " in ", groups, " groups over ", n, " rows: ", e.what()));
+    }
   }
   void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, float eps, float* y) override {
     auto prof = prof_.scope("rmsnorm");
@@ -372,7 +380,9 @@ class CudaOps : public Ops {
   // quantisation is per row, so it is done once before the experts). Nothing waits for the host.
   void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
            Numerics num, float* y) override {
-    auto prof = prof_.scope("moe", [&] { return " n" + std::string(n > 8 ? ">8" : "<=8"); });
+    auto prof = prof_.scope("moe", [&] {
+      return n <= cuda::kMatvecMaxCols ? std::string(" n<=8") : n <= cuda::kMoeDecodeMaxTokens ? " n<=32 (decode x8)" : " n>32";
+    });
     const bool model = num == Numerics::Model;
     const int E = c.n_experts, K = c.n_active_experts;
     const int64_t D = c.dim, I = c.moe_inter;

@@ -43,12 +43,16 @@ struct MoeShared {
 // depend only on the shapes and types, never on idx.
 //
 // n <= kMatvecMaxCols (decode): f32 weight streaming per (token, slot), `mode` ignored; the
-// shared expert runs through the same kernels as one more slot. Larger n (prefill): tokens are
+// shared expert runs through the same kernels as one more slot. n <= kMoeDecodeMaxTokens: the
+// decode kernels in chunks of kMatvecMaxCols tokens (a verify step of a few sequences, a short
+// prompt chunk: each chunk reads its experts once, where the grouped path below costs about a
+// full pass over every expert its tokens touch through tensor-core tiles). Larger n (prefill): tokens are
 // grouped by expert on the device and each group is multiplied with the expert's weights read
 // once per 16 tokens, in FP32 (mode F32, or Auto with F32 weights) or on bf16 tensor cores with
 // f32 accumulation (Bf16, or Auto with other weight types: x, h and W rounded to bf16); the
 // shared expert then runs through cuda::matmul with `mode`. Results are bit-reproducible run to
 // run (no float atomics).
+constexpr int64_t kMoeDecodeMaxTokens = 32;
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
                  const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
                  GemmMode mode, void* workspace, float* y, const MoeShared* shared = nullptr, bool model = false);

@@ -575,6 +575,14 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   }
   if (n == 0) return;
   HS_CHECK(x && y && idx && weight, "moe_experts: null input or output");
+  if (n > kMatvecMaxCols && n <= kMoeDecodeMaxTokens) {  // the decode kernels, kMatvecMaxCols tokens at a time
+    for (int64_t t0 = 0; t0 < n; t0 += kMatvecMaxCols) {
+      const int64_t m = std::min<int64_t>(kMatvecMaxCols, n - t0);
+      moe_experts(ctx, w1, w3, w2, n_experts, x + t0 * D, m, idx + t0 * k, weight + t0 * k, k, limit, mode, workspace,
+                  y + t0 * D, shared, model);
+    }
+    return;
+  }
   HS_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0,
            "moe_experts: x and y must be 16-byte aligned");
   HS_CHECK(workspace && reinterpret_cast<uintptr_t>(workspace) % 256 == 0,
