@@ -67,6 +67,9 @@ TEST_F(BackendOps, MatmulAllTypes) {
       {37, 256, "odd"},          {300, 512, "small"},         {1024, 4096, "wq_a"},  {512, 4096, "wkv"},
       {32768, 1024, "wq_b 64x512"}, {4096, 8192, "wo_b"},     {2048, 4096, "w1 2048"}, {4096, 2048, "w2"},
       {256, 4096, "gate 256"},   {8192, 1024, "idx wq_b 64x128"},
+      // x of exactly 48 KB in shared memory at 1, 2 and 8 columns (next to the kernels' static
+      // buffers: the launch needs the raised limit; DSpark's main_proj is 4096 x 12288)
+      {512, 12288, "dspark main_proj"}, {256, 6144, "48 KB at n=2"}, {256, 1536, "48 KB at n=8"},
   };
   const int64_t ns[] = {1, 2, 3, 5, 8, 17};
   const int64_t nmax = 17;

@@ -327,14 +327,22 @@ DeviceContext::ScratchLease::~ScratchLease() {
 }
 
 void DeviceContext::ensure_dynamic_smem(const void* func, size_t bytes) {
-  if (bytes <= 48 * 1024) return;
+  // The default 48 KB covers static + dynamic shared memory: up to 16 KB of dynamic no kernel
+  // here needs the attribute (their static parts are smaller than 32 KB); above, the kernel's
+  // static part decides (a request of exactly 48 KB next to a static reduction buffer failed
+  // the launch without it).
+  if (bytes <= 16 * 1024) return;
   std::lock_guard<std::mutex> lk(attr_mu_);
   auto it = smem_set_.find(func);
   if (it != smem_set_.end() && it->second >= bytes) return;
-  HS_CHECK(bytes <= props_.sharedMemPerBlockOptin, "cuda:", device_, ": a kernel needs ", bytes,
-           " bytes of shared memory, the device allows ", props_.sharedMemPerBlockOptin);
   DeviceGuard g(device_);
-  HS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  cudaFuncAttributes fa{};
+  HS_CUDA_CHECK(cudaFuncGetAttributes(&fa, func));
+  HS_CHECK(bytes + fa.sharedSizeBytes <= props_.sharedMemPerBlockOptin, "cuda:", device_, ": a kernel needs ", bytes,
+           " bytes of dynamic and ", fa.sharedSizeBytes, " of static shared memory, the device allows ",
+           props_.sharedMemPerBlockOptin);
+  if (bytes + fa.sharedSizeBytes > 48 * 1024)
+    HS_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   smem_set_[func] = bytes;
 }
 
