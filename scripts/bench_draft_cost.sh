@@ -37,6 +37,6 @@ for rep in $(seq 1 "$reps"); do
       2>/dev/null | grep -E '^hyperstream_(draft|decode_graph_replays)' | head -8
     kill "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
-    grep -E 'warn|error|terminate' "$log" | grep -v DSML | tail -4 | cut -c1-400
+    grep -v '"type":"access"' "$log" | grep -E 'warn|error|terminate' | grep -v DSML | tail -4 | cut -c1-400
   done
 done

@@ -243,4 +243,14 @@ void CpuOps::attention(const StatePool& pool, int layer, const float* q, const M
   }
 }
 
+void CpuOps::attention_dense(const float* q, int64_t nq, int64_t heads, int64_t hd, const float* rows, int64_t n_rows,
+                             const std::vector<float>& sinks, float scale, float* out) {
+  std::vector<const float*> r(static_cast<size_t>(n_rows));
+  for (int64_t j = 0; j < n_rows; ++j) r[static_cast<size_t>(j)] = rows + j * hd;
+  pool_.parallel_for(nq, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t)
+      cpu::attention_sink(q + t * heads * hd, heads, hd, r.data(), n_rows, sinks.data(), scale, out + t * heads * hd);
+  });
+}
+
 }  // namespace hs

@@ -375,6 +375,22 @@ class CudaOps : public Ops {
     release_to(m);
   }
 
+  void attention_dense(const float* q, int64_t nq, int64_t heads, int64_t hd, const float* rows, int64_t n_rows,
+                       const std::vector<float>& sinks, float scale, float* out) override {
+    auto prof = prof_.scope("attention_dense");
+    const size_t m = mark();
+    float* kv = alloc(n_rows * hd);
+    ctx_.upload(kv, rows, static_cast<size_t>(n_rows * hd) * 4);
+    std::vector<int32_t> idx(static_cast<size_t>(nq * n_rows));
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = static_cast<int32_t>(i % static_cast<size_t>(n_rows));
+    cuda::AttnRows ar;
+    ar.kv = kv;
+    ar.rows = upload_i32(idx.data(), nq * n_rows);
+    ar.rows_ld = n_rows;
+    cuda::attention_sink(ctx_, q, nq, heads, hd, ar, vec(sinks), scale, out);
+    release_to(m);
+  }
+
   // MoE: router and routing on the device, then cuda::moe_experts for the routed and the shared
   // experts, with the rounding points of CpuOps::moe under model numerics (the FP8 input
   // quantisation is per row, so it is done once before the experts). Nothing waits for the host.

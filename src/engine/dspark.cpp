@@ -105,8 +105,8 @@ DsparkBlock DsparkDrafter::draft_block(const DsparkSequence& s, int32_t anchor) 
     if (q >= 0 && q <= b.p && q > b.p - W) slots.push_back(k);
   }
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<float> qh(static_cast<size_t>(B * H * hd)), kvh(static_cast<size_t>(B * hd)),
-      oh(static_cast<size_t>(B * H * hd));
+  const int64_t n_ctx = static_cast<int64_t>(slots.size());
+  std::vector<float> kvh(static_cast<size_t>((n_ctx + B) * hd));  // [context rows ; block rows]
   for (size_t st = 0; st < w_.stages.size(); ++st) {
     const LayerWeights& L = w_.stages[st];
     const size_t mark = ops_.mark();
@@ -125,16 +125,11 @@ DsparkBlock DsparkDrafter::draft_block(const DsparkSequence& s, int32_t anchor) 
     attn_kv(a, x, kv);
     if (model()) ops_.kv_fp8_sim(kv, B, hd, hd - c_.rope_dim);
     // Attention with sink over [context ring ; the whole block] (no causal mask in the block).
-    ops_.download(qh.data(), q, B * H * hd);
-    ops_.download(kvh.data(), kv, B * hd);
-    std::vector<const float*> rows;
-    for (int64_t k : slots) rows.push_back(s.ring[st].data() + k * hd);
-    for (int64_t j = 0; j < B; ++j) rows.push_back(kvh.data() + j * hd);
-    for (int64_t j = 0; j < B; ++j)
-      cpu::attention_sink(qh.data() + j * H * hd, H, hd, rows.data(), static_cast<int64_t>(rows.size()), L.sinks.data(),
-                          scale, oh.data() + j * H * hd);
+    for (int64_t i = 0; i < n_ctx; ++i)
+      std::copy_n(s.ring[st].data() + slots[static_cast<size_t>(i)] * hd, hd, kvh.data() + i * hd);
+    ops_.download(kvh.data() + n_ctx * hd, kv, B * hd);
     float* o = ops_.alloc(B * H * hd);
-    ops_.upload(o, oh.data(), B * H * hd);
+    ops_.attention_dense(q, B, H, hd, kvh.data(), n_ctx + B, L.sinks, scale, o);
     attn_output(a, o, y);
     block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, tokens.data(), X, u, post, comb, xn, y);

@@ -3,8 +3,8 @@
 // [anchor, noise, ...] runs through the stages (V4 blocks whose attention sees the context ring
 // and the whole block), then the target's head, a low-rank Markov bias on the previous token and
 // a confidence head give, left to right, each draft's logits and how sure the drafter is.
-// Only existing Ops are called (the block attention runs through cpu::attention_sink on host
-// copies: a device backend stages q and the rows through host memory).
+// Only Ops are called; the block attention is Ops::attention_dense over the context ring (host
+// memory, uploaded per block) and the block's own rows.
 #pragma once
 #include <cstdint>
 #include <memory>

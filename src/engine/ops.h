@@ -187,6 +187,11 @@ class Ops {
   virtual void attention(const StatePool& pool, int layer, const float* q, const ModelConfig& c,
                          const float* kv_chunk, bool compressed, const int32_t* sel, int k,
                          const std::vector<float>& sinks, float* out) = 0;
+  // Attention with sink of nq queries q [nq, heads, hd] (backend memory) over the same n_rows
+  // K = V rows, no mask (the DSpark drafter's block: its context rows and the block's own);
+  // rows [n_rows, hd] in host memory; out [nq, heads, hd] on the backend.
+  virtual void attention_dense(const float* q, int64_t nq, int64_t heads, int64_t hd, const float* rows, int64_t n_rows,
+                               const std::vector<float>& sinks, float scale, float* out) = 0;
   virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
                    Numerics num, float* y) = 0;
 
