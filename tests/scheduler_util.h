@@ -18,19 +18,10 @@ struct Outcome {
   FinishReason reason = FinishReason::Error;
 };
 
-// Submits `prompt` with these sampling parameters; the future resolves when it finishes.
-inline std::future<Outcome> generate(Scheduler& s, std::vector<int32_t> prompt, int max_tokens,
-                                     const SamplingParams& sampling, std::vector<int32_t> stops = {},
-                                     int64_t fail_after = -1, std::shared_ptr<TokenConstraint> constraint = nullptr) {
+// Submits r (its on_token / on_done replaced); the future resolves when it finishes.
+inline std::future<Outcome> submit_request(Scheduler& s, GenerationRequest r) {
   auto prom = std::make_shared<std::promise<Outcome>>();
   auto out = std::make_shared<Outcome>();
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.max_tokens = max_tokens;
-  r.sampling = sampling;
-  r.stop_tokens = std::move(stops);
-  r.test_fail_after = fail_after;
-  r.constraint = std::move(constraint);
   r.on_token = [out](const SampleResult& x) {
     out->tokens.push_back(x.token);
     return true;
@@ -41,6 +32,20 @@ inline std::future<Outcome> generate(Scheduler& s, std::vector<int32_t> prompt, 
   };
   s.submit(std::move(r));
   return prom->get_future();
+}
+
+// Submits `prompt` with these sampling parameters; the future resolves when it finishes.
+inline std::future<Outcome> generate(Scheduler& s, std::vector<int32_t> prompt, int max_tokens,
+                                     const SamplingParams& sampling, std::vector<int32_t> stops = {},
+                                     int64_t fail_after = -1, std::shared_ptr<TokenConstraint> constraint = nullptr) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling = sampling;
+  r.stop_tokens = std::move(stops);
+  r.test_fail_after = fail_after;
+  r.constraint = std::move(constraint);
+  return submit_request(s, std::move(r));
 }
 
 // Submits every prompt (with the sampling parameters of the same index) at once and waits for all.

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <chrono>
+#include <future>
 #include <map>
 #include <thread>
 
@@ -181,6 +182,38 @@ TEST(SpecDecode, ASampledRequestsTokensDoNotDependOnWhatElseRuns) {
   g1.get();
   g2.get();
   EXPECT_EQ(a.tokens, b.tokens);
+}
+
+// A drafter that fails mid-generation (its batched pass throws) stops drafting for the requests
+// of that pass: they finish with plain greedy's tokens, nothing else fails, and later requests
+// draft again.
+TEST(SpecDecode, AFailingDrafterLeavesRequestsDecodingPlainly) {
+  auto e = mtp_engine();
+  const int n = 40;
+  const std::vector<std::vector<int32_t>> prompts = {prompt_of(8, 1), prompt_of(13, 2)};
+  const auto plain = test::run_all(*e, options(0), prompts, n, {greedy(), greedy()});
+  Scheduler s(*e, options(3));
+  std::vector<std::future<test::Outcome>> fs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerationRequest r;
+    r.prompt = prompts[i];
+    r.max_tokens = n;
+    r.sampling = greedy();
+    if (i == 0) r.test_drafter_fail_after = 5;
+    fs.push_back(test::submit_request(s, std::move(r)));
+  }
+  for (size_t i = 0; i < fs.size(); ++i) {
+    const test::Outcome o = fs[i].get();
+    EXPECT_EQ(o.reason, FinishReason::Length) << "request " << i;
+    EXPECT_EQ(o.tokens, plain[i].tokens) << "request " << i;
+  }
+  const int64_t drafted = s.stats().drafted_tokens;
+  EXPECT_GT(drafted, 0);
+  SamplingParams sampled;  // (a sampled request starts from the full estimate: it drafts at once)
+  sampled.temperature = 0.8f;
+  sampled.seed = 5;
+  test::generate(s, prompt_of(9, 3), 20, sampled).get();
+  EXPECT_GT(s.stats().drafted_tokens, drafted) << "a new request drafts again";
 }
 
 // A state that verified k + 1 tokens and rolled back to a + 1 of them equals one that only ever

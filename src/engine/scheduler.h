@@ -73,6 +73,9 @@ struct GenerationRequest {
   // at the full --draft-max length, so a test can force acceptance (the true continuation) or
   // rejection. Works without a drafter.
   std::function<std::vector<int32_t>(int64_t generated, int k)> test_drafts;
+  // Test-only hook: >= 0 makes the drafter's pass throw (as a failing drafter would) once this
+  // many tokens were generated; the drafting requests then decode plainly.
+  int64_t test_drafter_fail_after = -1;
 };
 
 struct SchedulerOptions {

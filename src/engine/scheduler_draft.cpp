@@ -87,6 +87,8 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
     s->drafts.clear();
     s->draft_probs.clear();
     if (!s->drafting || s->feed_done < s->feed.size()) continue;
+    if (s->req.test_drafter_fail_after >= 0 && s->generated() >= s->req.test_drafter_fail_after)
+      fail("drafter failure forced by a test hook after ", s->generated(), " tokens");
     // (DSpark: its confidence head cuts this length further, make_dspark_drafts.)
     int k = s->req.test_drafts ? opts_.draft_max : s->draft_len->next(s->draft_clock(step_no_));
     // No drafts past what the request may still generate or the context can hold.
