@@ -119,6 +119,7 @@ struct SchedulerStats {
   PrefixCacheStats cache;                           // (refreshed at most every 200 ms)
   int64_t drafted_tokens = 0, accepted_tokens = 0;  // speculative decoding: drafted / of those accepted
   int64_t verify_steps = 0;                         // sequence-steps that verified drafts
+  int64_t draft_probes = 0;                         // shadow probes of backed-off requests (not verified)
   int64_t decode_steps = 0;                         // engine steps with at least one decoding sequence
   int max_seqs = 0;
 };

@@ -179,6 +179,8 @@ void Scheduler::shadow_probe(Slot& s, int32_t token) {
   if (s.shadow < 0) return;
   s.draft_len->observe(1, token == s.shadow ? 1 : 0);
   s.shadow = -1;
+  std::lock_guard<std::mutex> lk(mu_);
+  stats_.draft_probes++;
 }
 
 void Scheduler::verify(Slot& s) {

@@ -38,12 +38,16 @@ void Scheduler::make_dspark_drafts(Slot& s, int k) {
   for (int j = 0; j < k; ++j) {
     float conf = 0.0f;
     d.step(b, j, prev, logits.data(), &conf);
-    // DeepSpec's confident prefix: stop at the first draft below the threshold.
-    if (opts_.draft_confidence > 0.0f && 1.0 / (1.0 + std::exp(-static_cast<double>(conf))) < opts_.draft_confidence)
-      break;
-    if (s.draft_len->probing()) {  // a shadow probe (scheduler_draft.cpp shadow_probe)
-      s.shadow = pick_token(logits.data(), V, SamplingParams{0.0f}, 0.0f, idx);
+    if (s.draft_len->probing()) {  // a shadow probe (scheduler_draft.cpp shadow_probe): what the
+      s.shadow = pick_token(logits.data(), V, SamplingParams{0.0f}, 0.0f, idx);  // drafter agrees with
       return;
+    }
+    // DeepSpec's confident prefix: stop at the first draft below the threshold. A head that
+    // doubts even the first draft counts as a rejected one for the draft length: a request
+    // where it keeps doubting backs off (no taps, no block pass a step) like one whose drafts fail.
+    if (opts_.draft_confidence > 0.0f && 1.0 / (1.0 + std::exp(-static_cast<double>(conf))) < opts_.draft_confidence) {
+      if (j == 0) s.draft_len->observe(1, 0);
+      break;
     }
     sampling_probs(logits.data(), V, s.sampler->params(), q);
     s.draft_probs.insert(s.draft_probs.end(), q.begin(), q.end());

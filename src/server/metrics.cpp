@@ -166,6 +166,8 @@ std::string Metrics::render(const EngineView& v) const {
         {"draft_accepted_tokens_total", "counter", "drafted tokens the model accepted (each one a decode step saved)",
          double(s.accepted_tokens)},
         {"draft_verify_steps_total", "counter", "sequence-steps that verified drafts", double(s.verify_steps)},
+        {"draft_probes_total", "counter", "shadow probes of requests whose drafts backed off (checked against the "
+         "step's own token, not verified)", double(s.draft_probes)},
         {"prompt_tokens_cached_total", "counter", "prompt tokens restored from the prefix cache, not computed",
          double(s.cached_prompt_tokens)},
         {"prefix_cache_lookups_total", "counter", "prefix-cache lookups (a request's start, a preempted one's resume)",
