@@ -140,8 +140,8 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
       if (ks[i] <= j) continue;
       Slot& s = *ds[i];
       const float* row = logits.data() + at[i] * static_cast<size_t>(V);
-      if (s.draft_len->probing()) {  // a shadow probe (one draft, no uniform drawn: see shadow_probe)
-        s.shadow = pick_token(row, V, SamplingParams{0.0f}, 0.0f, idx);
+      if (s.draft_len->probing()) {  // a shadow probe (one draft: see shadow_probe)
+        s.shadow_draft(row, V, idx);
         continue;
       }
       sampling_probs(row, V, s.sampler->params(), q);

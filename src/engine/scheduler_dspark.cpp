@@ -38,8 +38,8 @@ void Scheduler::make_dspark_drafts(Slot& s, int k) {
   for (int j = 0; j < k; ++j) {
     float conf = 0.0f;
     d.step(b, j, prev, logits.data(), &conf);
-    if (s.draft_len->probing()) {  // a shadow probe (scheduler_draft.cpp shadow_probe): what the
-      s.shadow = pick_token(logits.data(), V, SamplingParams{0.0f}, 0.0f, idx);  // drafter agrees with
+    if (s.draft_len->probing()) {  // a shadow probe (scheduler_draft.cpp shadow_probe), no confidence cut
+      s.shadow_draft(logits.data(), V, idx);
       return;
     }
     // DeepSpec's confident prefix: stop at the first draft below the threshold. A head that

@@ -36,6 +36,11 @@ struct Scheduler::Slot {
   std::unique_ptr<DraftLength> draft_len;
   std::vector<int32_t> drafts;       // this step's drafted tokens
   int32_t shadow = -1;               // a backed-off probe's draft: checked against this step's own token, not verified
+  // The probe's draft from the drafter's logits [V]: their argmax (no uniform of the request's
+  // generator is drawn for a probe; Scheduler::shadow_probe).
+  void shadow_draft(const float* logits, int64_t V, std::vector<int32_t>& idx) {
+    shadow = pick_token(logits, V, SamplingParams{0.0f}, 0.0f, idx);
+  }
   std::vector<float> draft_probs;    // [drafts, vocab]: the distributions they were drawn from
   std::vector<int32_t> verify;       // [last, drafts...]: the verify step's tokens
   std::vector<float> verify_logits;  // [1 + drafts, vocab]

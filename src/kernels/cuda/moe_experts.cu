@@ -454,10 +454,6 @@ void set_weights(A& d, const WeightView& a, const WeightView& b) {
   d.wb = u8(b.data), d.sb = u8(b.scales), d.wb_end = d.wb + b.data_bytes();
 }
 
-// The 48 KB default covers static + dynamic shared memory (static < 1 KB here).
-void allow_smem(DeviceContext& ctx, const void* kern, size_t smem) {
-  if (smem + 1024 > 48 * 1024) ctx.ensure_dynamic_smem(kern, std::max<size_t>(smem, 48 * 1024 + 1));
-}
 
 // Decode launch: grid (row groups, nq), nq = n*k slots (gate/up) or n tokens (down). The
 // split-K factor gives the GPU enough blocks while every lane keeps >= 2 steps.
@@ -478,7 +474,7 @@ void launch_dec(DeviceContext& ctx, DecArgs a, int64_t nq) {
   a.splits = 1;
   while (a.splits < kWarps && 2 * blocks(a.splits) < 3 * ctx.sm_count() && units >= 128LL * a.splits) a.splits *= 2;
   const size_t smem = fixed + static_cast<size_t>(a.seg_per_piece) * a.L * 4;
-  allow_smem(ctx, kern, smem);
+  ctx.ensure_dynamic_smem(kern, smem);
   const int64_t rpb = kWarps / a.splits * R;
   const dim3 grid(static_cast<unsigned>((a.rows + rpb - 1) / rpb), static_cast<unsigned>(nq));
   void* args[] = {&a};
@@ -497,7 +493,7 @@ void launch_pf(DeviceContext& ctx, const WeightView& w, PfArgs a, GemmMode mode,
                                                                           : (panel_k<false>() + 16) * 4);
     HS_CHECK(smem + 1024 <= ctx.props().sharedMemPerBlockOptin, "moe_experts: prefill tile needs ", smem,
              " bytes of shared memory");
-    allow_smem(ctx, kern, smem);
+    ctx.ensure_dynamic_smem(kern, smem);
     const int64_t bps = std::max(1, ctx.blocks_per_sm(kern, kThreads, smem));
     const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(bps * ctx.sm_count(), max_units));
     void* args[] = {&a};

@@ -348,7 +348,7 @@ void fast_launch(DeviceContext& ctx, FastArgs a, int nr, int nsh) {
   const int64_t span = (GU ? 16 : 32) * a.TR;
   const size_t smem = std::max(MA::smem(a.K), nsh ? MB::smem(a.K) : size_t{0});
   const void* kern = reinterpret_cast<const void*>(fast_kernel<MA, MB, GU>);
-  if (smem + 2048 > 48 * 1024) ctx.ensure_dynamic_smem(kern, std::max<size_t>(smem, 48 * 1024 + 1));
+  ctx.ensure_dynamic_smem(kern, smem);
   const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nr + nsh));
   void* args[] = {&a};
   HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
