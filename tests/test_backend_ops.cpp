@@ -293,6 +293,18 @@ TEST_F(BackendOps, HyperConnections) {
       const hc::HcParams hp = hc_params(dhfn.p(), dhbase.p(), dhscale.p(), hcm, D);
       hc::hc_head(ctx(), hp, dX.p(), n, dh.p());
       check("hc_head", "f32", shape, dh.get(), h, 1e-5);
+
+      // hc_stream_mean (the DSpark taps) into tap 1 of 3: bit-identical to the CPU twin (both sum
+      // in f64), and taps 0 and 2 untouched (they keep the sentinel).
+      const int64_t T = 3;
+      std::vector<float> taps(static_cast<size_t>(n * T * D), 7.0f);
+      cpu::hc_stream_mean(X.data(), n, hcm, D, taps.data() + D, T * D);
+      Dev<float> dtaps(ctx(), std::vector<float>(taps.size(), 7.0f));
+      hc::hc_stream_mean(ctx(), dX.p(), n, hcm, D, dtaps.p() + D, T * D);
+      const std::vector<float> got = dtaps.get();
+      int64_t diff = 0;
+      for (size_t i = 0; i < got.size(); ++i) diff += std::memcmp(&got[i], &taps[i], sizeof(float)) != 0;
+      check_exact("hc_stream_mean", "f32", shape, diff);
     }
   }
 }

@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include "engine/cpu_ops.h"
 #include "engine/dspark.h"
@@ -332,6 +334,101 @@ TEST(Dspark, ForwardIsAFunctionOfTheContextAndTheBlock) {
   d.add_context(*b, 40, taps.data(), 2);  // restarts at 40
   EXPECT_EQ(b->rows, 2);
   EXPECT_NE(d.draft_block(*b, 17).base, ba.base);
+}
+
+// Several sequences in one pass (the scheduler's batched context rows and blocks) give what each
+// gives alone: the same rings, bit for bit the same blocks (the CPU's ops are row-wise).
+TEST(Dspark, SeveralSequencesInOnePassEqualEachAlone) {
+  const auto src = make_synthetic_source(dspark_spec());
+  const ModelConfig& c = src->config();
+  ThreadPool pool(2);
+  CpuOps ops(pool);
+  const Mat embed = read_mat(*src, "token_embd"), head = read_mat(*src, "output");
+  DsparkDrafter d(c, load_dspark_weights(*src), ops, embed, head, Numerics::Model);
+  const int64_t T = d.tap_width();
+  std::vector<float> taps(static_cast<size_t>(30 * T));
+  for (size_t i = 0; i < taps.size(); ++i) taps[i] = std::sin(0.29f * static_cast<float>(i % 1009));
+  // Three sequences: a long context, a short one, one that restarts at another position.
+  std::vector<std::unique_ptr<DsparkSequence>> one, all;
+  for (int k = 0; k < 3; ++k) {
+    one.push_back(d.new_sequence());
+    all.push_back(d.new_sequence());
+  }
+  const std::vector<std::array<int64_t, 3>> feeds = {{0, 0, 12}, {1, 0, 3}, {2, 7, 5}};  // seq, p0, rows
+  for (const auto& [k, p0, n] : feeds) d.add_context(*one[static_cast<size_t>(k)], p0, taps.data() + k * 5 * T, n);
+  std::vector<DsparkContextRows> rows;
+  for (const auto& [k, p0, n] : feeds) rows.push_back({all[static_cast<size_t>(k)].get(), p0, taps.data() + k * 5 * T, n});
+  d.add_context(rows);
+  // Then one more row each, in one pass, at their continuations.
+  rows.clear();
+  for (int k = 0; k < 3; ++k) {
+    d.add_context(*one[static_cast<size_t>(k)], one[static_cast<size_t>(k)]->next, taps.data() + (20 + k) * T, 1);
+    rows.push_back({all[static_cast<size_t>(k)].get(), all[static_cast<size_t>(k)]->next, taps.data() + (20 + k) * T, 1});
+  }
+  d.add_context(rows);
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(one[static_cast<size_t>(k)]->ring, all[static_cast<size_t>(k)]->ring) << "sequence " << k;
+    EXPECT_EQ(one[static_cast<size_t>(k)]->ring_pos, all[static_cast<size_t>(k)]->ring_pos) << "sequence " << k;
+    EXPECT_EQ(one[static_cast<size_t>(k)]->next, all[static_cast<size_t>(k)]->next) << "sequence " << k;
+  }
+  const std::vector<int32_t> anchors = {17, 4, 99};
+  const std::vector<const DsparkSequence*> seqs = {all[0].get(), all[1].get(), all[2].get()};
+  const std::vector<DsparkBlock> blocks = d.draft_blocks(seqs, anchors);
+  ASSERT_EQ(blocks.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const DsparkBlock alone = d.draft_block(*one[static_cast<size_t>(k)], anchors[static_cast<size_t>(k)]);
+    EXPECT_EQ(blocks[static_cast<size_t>(k)].p, alone.p) << "block " << k;
+    EXPECT_EQ(blocks[static_cast<size_t>(k)].h, alone.h) << "block " << k;
+    EXPECT_EQ(blocks[static_cast<size_t>(k)].base, alone.base) << "block " << k;
+  }
+  EXPECT_NE(blocks[0].base, blocks[1].base);
+}
+
+// The taps (StepItem::taps) are the mean over the hc streams of the HC state after each target
+// layer: the next layer's input (a layer observer sees it) or, after the last layer, the final
+// state (StepItem::hidden). Over a split whose shards each hold some of the target layers (3 | 4 5).
+TEST(Dspark, TapsAreTheStreamMeansAfterTheTargetLayers) {
+  EngineOptions o;
+  o.draft = "dspark";
+  o.devices = {"cpu", "cpu"};
+  o.layer_split = {4, 2};
+  o.threads = 2;
+  o.numerics = Numerics::Reference;
+  Engine e(make_synthetic_source(dspark_spec()), o);
+  const ModelConfig& c = e.config();
+  const int64_t D = c.dim, hc = c.hc_mult, n = 5;
+  const std::vector<int>& tl = e.dspark()->dspark().target_layers;
+  const int64_t T = static_cast<int64_t>(tl.size());
+  ASSERT_EQ(tl, (std::vector<int>{3, 4, 5}));
+  std::mutex mu;
+  std::vector<std::vector<float>> in(static_cast<size_t>(c.n_layers));  // each layer's input
+  for (int s = 0; s < 2; ++s)
+    e.shard(s).set_layer_observer([&](int layer, const float* X, int64_t rows) {
+      std::lock_guard<std::mutex> l(mu);
+      in[static_cast<size_t>(layer)].assign(X, X + rows * hc * D);
+    });
+  auto seq = e.new_sequence();
+  const std::vector<int32_t> toks = {5, 9, 13, 2, 40};
+  std::vector<float> logits(static_cast<size_t>(n * c.vocab_size)), hidden(static_cast<size_t>(n * hc * D)),
+      taps(static_cast<size_t>(n * T * D), std::nanf(""));
+  StepItem it{seq.get(), toks.data(), n, logits.data(), true};
+  it.hidden = hidden.data();
+  it.taps = taps.data();
+  e.step_batch({&it, 1});
+  for (int64_t t = 0; t < T; ++t) {
+    const int L = tl[static_cast<size_t>(t)];
+    const std::vector<float>& after = L + 1 < c.n_layers ? in[static_cast<size_t>(L + 1)] : hidden;
+    ASSERT_EQ(static_cast<int64_t>(after.size()), n * hc * D) << "layer " << L;
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t d = 0; d < D; ++d) {
+        double sum = 0;
+        for (int64_t j = 0; j < hc; ++j) sum += after[static_cast<size_t>((r * hc + j) * D + d)];
+        const float want = static_cast<float>(sum / static_cast<double>(hc));
+        wrong += !(taps[static_cast<size_t>((r * T + t) * D + d)] == want);
+      }
+    EXPECT_EQ(wrong, 0) << "tap of layer " << L << ": " << wrong << " of " << n * D << " values differ";
+  }
 }
 
 // The outside oracle: tests/data/dspark-tiny, made by scripts/gen_dspark_fixtures.py (DeepSpec's

@@ -2,7 +2,8 @@
 // the drafter's block (hc_head rows, draft logits with the Markov bias, confidence) on cuda:0
 // against the CPU reference (relative 1e-4, reference numerics), on the synthetic model and on
 // the outside oracle's fixture (tests/data/dspark-tiny, when generated), and speculative greedy
-// decoding on cuda:0 against plain greedy decoding on cuda:0.
+// decoding on cuda:0 against plain greedy decoding on cuda:0; the taps (the drafter's context) of
+// decode steps replayed as CUDA graphs against op by op and the CPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,9 +31,10 @@ SyntheticSpec model() {
   return s;
 }
 
-std::unique_ptr<Engine> engine(const std::string& device) {
+std::unique_ptr<Engine> engine(const std::string& device, bool graphs = true) {
   EngineOptions o;
   o.device = device;
+  o.cuda_graphs = graphs;
   o.draft = "dspark";
   o.max_seqs = 4;
   o.max_context = 256;
@@ -69,6 +71,24 @@ TEST(DsparkCuda, DrafterMatchesTheCpu) {
   for (int64_t rows : {int64_t{5}, int64_t{20}})
     expect_same_block(*cpu->dspark(), *gpu->dspark(), taps, rows, 42, {7, 8, 9, 10}, "synthetic, context " +
                       std::to_string(rows));
+  // Three sequences' context rows and blocks in one pass on the device against the CPU's one by one.
+  std::vector<std::unique_ptr<DsparkSequence>> a, b;
+  std::vector<DsparkContextRows> rows;
+  for (int64_t k = 0; k < 3; ++k) {
+    a.push_back(cpu->dspark()->new_sequence());
+    b.push_back(gpu->dspark()->new_sequence());
+    cpu->dspark()->add_context(*a.back(), 3 * k, taps.data() + k * Tw, 4 + 5 * k);
+    rows.push_back({b.back().get(), 3 * k, taps.data() + k * Tw, 4 + 5 * k});
+  }
+  gpu->dspark()->add_context(rows);
+  const std::vector<int32_t> anchors = {42, 5, 77};
+  const std::vector<const DsparkSequence*> bs = {b[0].get(), b[1].get(), b[2].get()};
+  const std::vector<DsparkBlock> bl = gpu->dspark()->draft_blocks(bs, anchors);
+  for (size_t k = 0; k < 3; ++k) {
+    const DsparkBlock want = cpu->dspark()->draft_block(*a[k], anchors[k]);
+    EXPECT_LE(test::max_rel(bl[k].h.data(), want.h.data(), want.h.size()), 1e-4) << "block " << k << " of 3: h";
+    EXPECT_LE(test::max_rel(bl[k].base.data(), want.base.data(), want.base.size()), 1e-4) << "block " << k << " of 3";
+  }
 }
 
 TEST(DsparkCuda, FixtureOnTheDevice) {
@@ -144,6 +164,43 @@ TEST(DsparkCuda, SpeculativeGreedyEqualsPlainOnTheDevice) {
               prompts.size(), static_cast<long long>(st.drafted_tokens), static_cast<long long>(st.accepted_tokens));
   EXPECT_GT(st.drafted_tokens, 0);
   EXPECT_GE(same, static_cast<int>(prompts.size()) - 1);
+}
+
+// Decode steps with taps run as captured graphs (the taps are an op of the step, Shard::set_taps):
+// every step's taps equal the same step's op by op (graphs off) bit for bit, most steps replay,
+// and the taps match the CPU's (relative 1e-4, reference numerics).
+TEST(DsparkCuda, TapsOfGraphStepsEqualOpByOp) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
+  auto on = engine("cuda:0", true), off = engine("cuda:0", false), cpu = engine("cpu");
+  const int64_t V = on->config().vocab_size, Tw = on->dspark()->tap_width();
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  for (Engine* e : {on.get(), off.get(), cpu.get()}) seqs.push_back(e->new_sequence());
+  const std::vector<int32_t> prompt = {3, 14, 15, 92, 65, 35};
+  const int steps = 40;
+  int same = 0;
+  double worst = 0;
+  for (int i = -1; i < steps; ++i) {
+    const std::vector<int32_t> toks = i < 0 ? prompt : std::vector<int32_t>{static_cast<int32_t>((i * 37 + 11) % V)};
+    const int64_t n = static_cast<int64_t>(toks.size());
+    std::vector<std::vector<float>> taps;
+    for (size_t k = 0; k < 3; ++k) {
+      Engine* e = k == 0 ? on.get() : k == 1 ? off.get() : cpu.get();
+      std::vector<float> logits(static_cast<size_t>(n * V));
+      taps.emplace_back(static_cast<size_t>(n * Tw), std::nanf(""));
+      StepItem it{seqs[k].get(), toks.data(), n, logits.data(), true};
+      it.taps = taps.back().data();
+      e->step_batch({&it, 1});
+    }
+    same += std::memcmp(taps[0].data(), taps[1].data(), taps[0].size() * sizeof(float)) == 0;
+    worst = std::max(worst, test::max_rel(taps[0].data(), taps[2].data(), taps[2].size()));
+  }
+  const StepGraphStats st = on->graph_stats();
+  std::printf("[dspark-cuda] taps: %d of %d steps identical to op by op; %lld replayed, %lld captured; vs cpu %.2e\n",
+              same, steps + 1, static_cast<long long>(st.replayed), static_cast<long long>(st.captured), worst);
+  EXPECT_EQ(same, steps + 1);
+  EXPECT_GE(st.replayed, steps - 8) << "decode steps with taps should replay as graphs";
+  EXPECT_EQ(st.failed, 0);
+  EXPECT_LE(worst, 1e-4);
 }
 
 }  // namespace

@@ -79,6 +79,10 @@ void CpuOps::hc_head(const HcWeights& w, const ModelConfig& c, const float* X, i
   cpu::hc_head(w.fn.data(), w.base.data(), w.scale.data(), c.hc_mult, c.dim, c.hc_eps, c.norm_eps, X, n, h);
 }
 
+void CpuOps::hc_stream_mean(const float* X, int64_t n, const ModelConfig& c, float* out, int64_t stride) {
+  cpu::hc_stream_mean(X, n, c.hc_mult, c.dim, out, stride);
+}
+
 void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
                  Numerics num, float* y) {
   const bool model = num == Numerics::Model;

@@ -32,6 +32,7 @@ class CpuOps : public Ops {
   void hc_post(const float* y, const float* post, const float* comb, int64_t n, const ModelConfig& c,
                float* X) override;
   void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) override;
+  void hc_stream_mean(const float* X, int64_t n, const ModelConfig& c, float* out, int64_t stride) override;
   std::unique_ptr<StateMemory> alloc_state(size_t bytes) override;
   void state_copy(void* dst, const void* src, size_t bytes) override;
   void state_upload(void* dst, const void* host, size_t bytes) override { state_copy(dst, host, bytes); }

@@ -309,6 +309,10 @@ class CudaOps : public Ops {
     auto prof = prof_.scope("hc_head");
     cuda::hc_head(ctx_, hc_params(w, c), X, n, h);
   }
+  void hc_stream_mean(const float* X, int64_t n, const ModelConfig& c, float* out, int64_t stride) override {
+    auto prof = prof_.scope("hc_stream_mean");
+    cuda::hc_stream_mean(ctx_, X, n, c.hc_mult, c.dim, out, stride);
+  }
 
   // ---- state ops (ops.h) over the step's rows, on the shard's pool (kernels/cuda/paged_state_cuda.h)
   void kv_store(const StatePool& pool, int layer, const float* kv) override {

@@ -47,105 +47,155 @@ std::unique_ptr<DsparkSequence> DsparkDrafter::new_sequence() const {
   return s;
 }
 
-void DsparkDrafter::add_context(DsparkSequence& s, int64_t p0, const float* taps, int64_t n) {
-  HS_CHECK(n >= 1 && taps && p0 >= 0, "DSpark drafter: context rows need taps and a position");
-  if (p0 != s.next) {  // not the continuation: start afresh at p0
-    s.reset();
-    s.next = p0;
+void DsparkDrafter::add_context(std::span<const DsparkContextRows> seqs) {
+  int64_t n = 0;
+  for (const DsparkContextRows& r : seqs) {
+    HS_CHECK(r.seq && r.n >= 1 && r.taps && r.p0 >= 0, "DSpark drafter: context rows need taps and a position");
+    n += r.n;
   }
+  if (n == 0) return;
   const int64_t D = c_.dim, hd = c_.head_dim, W = c_.window, T = tap_width();
   Scratch scratch(ops_);
   const Ops::Bf16Round both = model() ? Ops::Bf16Round{true, true} : Ops::Bf16Round{};
+  // Every sequence's rows at once (row-wise ops only: their K = V rows depend on nothing else).
   float* t = ops_.alloc(n * T);
-  ops_.upload(t, taps, n * T);
+  std::vector<int64_t> pos;
+  int64_t row = 0;
+  for (const DsparkContextRows& r : seqs) {
+    ops_.upload(t + row * T, r.taps, r.n * T);
+    for (int64_t i = 0; i < r.n; ++i) pos.push_back(r.p0 + i);
+    row += r.n;
+  }
   // main_x = main_norm(main_proj · taps) (an FP8 linear under model numerics).
   if (model()) ops_.act_quant_fp8_copy(t, t, n, T, true);
   float* mx = ops_.alloc(n * D);
   ops_.matmul(w_.main_proj, t, n, mx);
   ops_.rmsnorm_bf16(mx, w_.main_norm, n, c_.norm_eps, mx, both);
-  std::vector<int64_t> pos(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) pos[static_cast<size_t>(i)] = p0 + i;
   float* kv = ops_.alloc(n * hd);
   std::vector<float> host(static_cast<size_t>(n * hd));
+  for (const DsparkContextRows& r : seqs)
+    if (r.p0 != r.seq->next) {  // not the continuation: start afresh at p0
+      r.seq->reset();
+      r.seq->next = r.p0;
+    }
   for (size_t st = 0; st < w_.stages.size(); ++st) {
     // Each stage's own wkv / kv_norm over the shared main_x: its context K = V rows.
     const AttnCtx a{ops_, c_, w_.stages[st], rope_, pos.data(), n, model()};
     attn_kv(a, attn_linear_input(a, mx), kv);
     if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c_.rope_dim);
     ops_.download(host.data(), kv, n * hd);
-    for (int64_t i = std::max<int64_t>(0, n - W); i < n; ++i)
-      std::copy_n(host.data() + i * hd, hd, s.ring[st].data() + ((p0 + i) % W) * hd);
+    row = 0;
+    for (const DsparkContextRows& r : seqs) {
+      for (int64_t i = std::max<int64_t>(0, r.n - W); i < r.n; ++i)
+        std::copy_n(host.data() + (row + i) * hd, hd, r.seq->ring[st].data() + ((r.p0 + i) % W) * hd);
+      row += r.n;
+    }
   }
-  for (int64_t i = std::max<int64_t>(0, n - W); i < n; ++i) s.ring_pos[static_cast<size_t>((p0 + i) % W)] = p0 + i;
-  s.next = p0 + n;
-  s.rows = std::min(W, s.rows + n);
+  for (const DsparkContextRows& r : seqs) {
+    DsparkSequence& q = *r.seq;
+    for (int64_t i = std::max<int64_t>(0, r.n - W); i < r.n; ++i)
+      q.ring_pos[static_cast<size_t>((r.p0 + i) % W)] = r.p0 + i;
+    q.next = r.p0 + r.n;
+    q.rows = std::min(W, q.rows + r.n);
+  }
+}
+
+void DsparkDrafter::add_context(DsparkSequence& s, int64_t p0, const float* taps, int64_t n) {
+  const DsparkContextRows r{&s, p0, taps, n};
+  add_context(std::span<const DsparkContextRows>(&r, 1));
 }
 
 DsparkBlock DsparkDrafter::draft_block(const DsparkSequence& s, int32_t anchor) {
-  HS_CHECK(s.rows > 0, "DSpark drafter: a block needs context rows first");
-  HS_CHECK(anchor >= 0 && anchor < c_.vocab_size, "DSpark drafter: anchor token ", anchor, " is outside the vocabulary");
+  const DsparkSequence* q = &s;
+  return std::move(draft_blocks(std::span<const DsparkSequence* const>(&q, 1), std::span<const int32_t>(&anchor, 1))[0]);
+}
+
+std::vector<DsparkBlock> DsparkDrafter::draft_blocks(std::span<const DsparkSequence* const> seqs,
+                                                     std::span<const int32_t> anchors) {
+  HS_CHECK(seqs.size() == anchors.size(), "internal: ", seqs.size(), " DSpark sequences, ", anchors.size(), " anchors");
   const int64_t B = c_.dspark.block, D = c_.dim, hc = c_.hc_mult, per = hc * D, H = c_.n_heads, hd = c_.head_dim;
-  const int64_t V = c_.vocab_size, W = c_.window;
-  DsparkBlock b;
-  b.p = s.next - 1;
-  b.anchor = anchor;
+  const int64_t V = c_.vocab_size, W = c_.window, R = static_cast<int64_t>(seqs.size()), n = R * B;
+  std::vector<DsparkBlock> out(seqs.size());
+  if (R == 0) return out;
+  // Every block's rows at once: [block 0 ; block 1 ; ...], each [anchor, noise, ...].
+  std::vector<int32_t> tokens(static_cast<size_t>(n), c_.dspark.noise_token);
+  std::vector<int64_t> pos(static_cast<size_t>(n));
+  std::vector<std::vector<int64_t>> slots(seqs.size());  // per block: the ring slots its rows see
+  for (int64_t r = 0; r < R; ++r) {
+    const DsparkSequence& s = *seqs[static_cast<size_t>(r)];
+    const int32_t anchor = anchors[static_cast<size_t>(r)];
+    HS_CHECK(s.rows > 0, "DSpark drafter: a block needs context rows first");
+    HS_CHECK(anchor >= 0 && anchor < c_.vocab_size, "DSpark drafter: anchor token ", anchor,
+             " is outside the vocabulary");
+    DsparkBlock& b = out[static_cast<size_t>(r)];
+    b.p = s.next - 1;
+    b.anchor = anchor;
+    tokens[static_cast<size_t>(r * B)] = anchor;
+    for (int64_t j = 0; j < B; ++j) pos[static_cast<size_t>(r * B + j)] = b.p + 1 + j;
+    // The context rows every block row sees: the ring's positions in (p - window, p].
+    for (int64_t k = 0; k < W; ++k) {
+      const int64_t q = s.ring_pos[static_cast<size_t>(k)];
+      if (q >= 0 && q <= b.p && q > b.p - W) slots[static_cast<size_t>(r)].push_back(k);
+    }
+  }
   Scratch scratch(ops_);
   const Ops::Bf16Round both = model() ? Ops::Bf16Round{true, true} : Ops::Bf16Round{};
-  std::vector<int32_t> tokens(static_cast<size_t>(B), c_.dspark.noise_token);
-  tokens[0] = anchor;
-  std::vector<int64_t> pos(static_cast<size_t>(B));
-  for (int64_t j = 0; j < B; ++j) pos[static_cast<size_t>(j)] = b.p + 1 + j;
-  float* X = ops_.alloc(B * per);
-  ops_.embed(embed_, tokens.data(), B, static_cast<int>(hc), X);
-  if (model()) ops_.round_bf16(X, B * per);
-  // The context rows every block row sees: the ring's positions in (p - window, p].
-  std::vector<int64_t> slots;
-  for (int64_t k = 0; k < W; ++k) {
-    const int64_t q = s.ring_pos[static_cast<size_t>(k)];
-    if (q >= 0 && q <= b.p && q > b.p - W) slots.push_back(k);
-  }
+  float* X = ops_.alloc(n * per);
+  ops_.embed(embed_, tokens.data(), n, static_cast<int>(hc), X);
+  if (model()) ops_.round_bf16(X, n * per);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const int64_t n_ctx = static_cast<int64_t>(slots.size());
-  std::vector<float> kvh(static_cast<size_t>((n_ctx + B) * hd));  // [context rows ; block rows]
+  std::vector<float> kvb(static_cast<size_t>(n * hd)), kvh;
   for (size_t st = 0; st < w_.stages.size(); ++st) {
     const LayerWeights& L = w_.stages[st];
     const size_t mark = ops_.mark();
-    float* u = ops_.alloc(B * D);
-    float* post = ops_.alloc(B * hc);
-    float* comb = ops_.alloc(B * hc * hc);
-    float* xn = ops_.alloc(B * D);
-    float* y = ops_.alloc(B * D);
-    ops_.hc_pre(L.hc_attn, c_, X, B, u, post, comb);
-    ops_.rmsnorm_bf16(u, L.attn_norm, B, c_.norm_eps, xn, both);
-    const AttnCtx a{ops_, c_, L, rope_, pos.data(), B, model()};
+    float* u = ops_.alloc(n * D);
+    float* post = ops_.alloc(n * hc);
+    float* comb = ops_.alloc(n * hc * hc);
+    float* xn = ops_.alloc(n * D);
+    float* y = ops_.alloc(n * D);
+    ops_.hc_pre(L.hc_attn, c_, X, n, u, post, comb);
+    ops_.rmsnorm_bf16(u, L.attn_norm, n, c_.norm_eps, xn, both);
+    const AttnCtx a{ops_, c_, L, rope_, pos.data(), n, model()};
     const float* x = attn_linear_input(a, xn);
-    float* q = ops_.alloc(B * H * hd);
+    float* q = ops_.alloc(n * H * hd);
     attn_query(a, x, q);
-    float* kv = ops_.alloc(B * hd);
+    float* kv = ops_.alloc(n * hd);
     attn_kv(a, x, kv);
-    if (model()) ops_.kv_fp8_sim(kv, B, hd, hd - c_.rope_dim);
-    // Attention with sink over [context ring ; the whole block] (no causal mask in the block).
-    for (int64_t i = 0; i < n_ctx; ++i)
-      std::copy_n(s.ring[st].data() + slots[static_cast<size_t>(i)] * hd, hd, kvh.data() + i * hd);
-    ops_.download(kvh.data() + n_ctx * hd, kv, B * hd);
-    float* o = ops_.alloc(B * H * hd);
-    ops_.attention_dense(q, B, H, hd, kvh.data(), n_ctx + B, L.sinks, scale, o);
+    if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c_.rope_dim);
+    ops_.download(kvb.data(), kv, n * hd);
+    // Attention with sink, per block, over [its context ring ; the whole block] (no causal mask
+    // in the block).
+    float* o = ops_.alloc(n * H * hd);
+    for (int64_t r = 0; r < R; ++r) {
+      const std::vector<int64_t>& sl = slots[static_cast<size_t>(r)];
+      const std::vector<float>& ring = seqs[static_cast<size_t>(r)]->ring[st];
+      const int64_t n_ctx = static_cast<int64_t>(sl.size());
+      kvh.resize(static_cast<size_t>((n_ctx + B) * hd));
+      for (int64_t i = 0; i < n_ctx; ++i)
+        std::copy_n(ring.data() + sl[static_cast<size_t>(i)] * hd, hd, kvh.data() + i * hd);
+      std::copy_n(kvb.data() + r * B * hd, B * hd, kvh.data() + n_ctx * hd);
+      ops_.attention_dense(q + r * B * H * hd, B, H, hd, kvh.data(), n_ctx + B, L.sinks, scale, o + r * B * H * hd);
+    }
     attn_output(a, o, y);
     block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, tokens.data(), X, u, post, comb, xn, y);
     ops_.release_to(mark);
   }
-  float* h = ops_.alloc(B * D);
-  ops_.hc_head(w_.hc_head, c_, X, B, h);
-  b.h.resize(static_cast<size_t>(B * D));
-  ops_.download(b.h.data(), h, B * D);
-  float* yn = ops_.alloc(B * D);
-  ops_.rmsnorm_bf16(h, w_.norm, B, c_.norm_eps, yn, both);
-  float* out = ops_.alloc(B * V);
-  ops_.matmul(head_, yn, B, out);
-  b.base.resize(static_cast<size_t>(B * V));
-  ops_.download(b.base.data(), out, B * V);
-  return b;
+  float* h = ops_.alloc(n * D);
+  ops_.hc_head(w_.hc_head, c_, X, n, h);
+  std::vector<float> hh(static_cast<size_t>(n * D));
+  ops_.download(hh.data(), h, n * D);
+  float* yn = ops_.alloc(n * D);
+  ops_.rmsnorm_bf16(h, w_.norm, n, c_.norm_eps, yn, both);
+  float* logits = ops_.alloc(n * V);
+  ops_.matmul(head_, yn, n, logits);
+  for (int64_t r = 0; r < R; ++r) {
+    DsparkBlock& b = out[static_cast<size_t>(r)];
+    b.h.assign(hh.begin() + r * B * D, hh.begin() + (r + 1) * B * D);
+    b.base.resize(static_cast<size_t>(B * V));
+    ops_.download(b.base.data(), logits + r * B * V, B * V);
+  }
+  return out;
 }
 
 void DsparkDrafter::step(const DsparkBlock& b, int j, int32_t prev, float* logits, float* confidence) {

@@ -4,10 +4,12 @@
 // and the whole block), then the target's head, a low-rank Markov bias on the previous token and
 // a confidence head give, left to right, each draft's logits and how sure the drafter is.
 // Only Ops are called; the block attention is Ops::attention_dense over the context ring (host
-// memory, uploaded per block) and the block's own rows.
+// memory, uploaded per block) and the block's own rows. Several sequences' context rows, and
+// several blocks, go through one pass (the scheduler's probing and drafting requests of a step).
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/ops.h"
@@ -21,6 +23,14 @@ struct DsparkSequence {
   int64_t next = 0;                      // the position the next context row must have
   int64_t rows = 0;                      // context rows held (<= window)
   void reset();
+};
+
+// Context rows of one sequence: positions p0 .. p0 + n - 1 and their taps [n, tap_width] (host).
+struct DsparkContextRows {
+  DsparkSequence* seq = nullptr;
+  int64_t p0 = 0;
+  const float* taps = nullptr;
+  int64_t n = 0;
 };
 
 // A drafted block: the rows' hc_head outputs and the logits before the Markov bias.
@@ -45,8 +55,13 @@ class DsparkDrafter {
   // Context rows for positions p0 .. p0 + n - 1 from their taps [n, tap_width] (host). Rows that
   // do not continue the sequence's (p0 != next) restart it at p0.
   void add_context(DsparkSequence& s, int64_t p0, const float* taps, int64_t n);
+  // The same for several sequences (each at most once) in one pass over all their rows.
+  void add_context(std::span<const DsparkContextRows> seqs);
   // The block whose anchor (the token at position s.next) starts it; needs context.
   DsparkBlock draft_block(const DsparkSequence& s, int32_t anchor);
+  // The blocks of several sequences in one pass (every op but the attention over all their
+  // rows; the attention per block): each as draft_block would give it.
+  std::vector<DsparkBlock> draft_blocks(std::span<const DsparkSequence* const> seqs, std::span<const int32_t> anchors);
   // Draft j of block b after token prev (the anchor for j = 0, else draft j - 1): its logits
   // [V] (base + Markov bias) and its confidence logit (sigmoid: the chance it is accepted).
   void step(const DsparkBlock& b, int j, int32_t prev, float* logits, float* confidence);

@@ -472,38 +472,33 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
   std::vector<SeqRows> seqs;
   for (const StepItem& it : mb.items) seqs.push_back({it.seq->shards[s].get(), it.tokens, it.n});
   // The DSpark taps: the items' rows of the HC state after each target layer on this shard,
-  // averaged over the hc streams (through host memory).
-  bool taps = false;
-  for (const StepItem& it : mb.items) taps |= it.taps != nullptr;
+  // averaged over the hc streams on the backend (Shard::set_taps), downloaded after the step.
+  const std::vector<int>* tl = nullptr;
+  for (const StepItem& it : mb.items)
+    if (it.taps) tl = &dspark_->dspark().target_layers;
+  if (tl && std::none_of(tl->begin(), tl->end(), [&](int l) { return l >= sh.layer_begin() && l < sh.layer_end(); }))
+    tl = nullptr;
   struct ClearTaps {
     Shard* sh;
     ~ClearTaps() {
-      if (sh) sh->set_taps({}, {});
+      if (sh) sh->set_taps({});
     }
-  } clear{taps ? &sh : nullptr};
-  if (taps) {  // (the drafter's own taps: a drafter file's keys may be its alone)
-    const std::vector<int>& tl = dspark_->dspark().target_layers;
-    const int64_t D = config_.dim, hc = config_.hc_mult, T = static_cast<int64_t>(tl.size());
-    sh.set_taps(tl, [&, D, hc, T](int layer, const float* Xd, int64_t n) {
-      const int64_t t = std::find(tl.begin(), tl.end(), layer) - tl.begin();
-      std::vector<float> host(static_cast<size_t>(n * hc * D));
-      ops.download(host.data(), Xd, n * hc * D);
-      int64_t row = 0;
-      for (const StepItem& it : mb.items) {
-        for (int64_t r = 0; it.taps && r < it.n; ++r) {
-          const float* x = host.data() + (row + r) * hc * D;
-          float* out = it.taps + (r * T + t) * D;
-          for (int64_t d = 0; d < D; ++d) {
-            double sum = 0;
-            for (int64_t j = 0; j < hc; ++j) sum += x[j * D + d];
-            out[d] = static_cast<float>(sum / static_cast<double>(hc));
-          }
-        }
-        row += it.n;
-      }
-    });
-  }
+  } clear{tl ? &sh : nullptr};
+  if (tl) sh.set_taps(*tl);
   sh.forward_batch(seqs, X, mb.pad);
+  if (tl) {
+    const int64_t D = config_.dim, T = static_cast<int64_t>(tl->size());
+    std::vector<float> host(static_cast<size_t>(mb.rows * T * D));
+    ops.download(host.data(), sh.taps(), mb.rows * T * D);
+    int64_t row = 0;
+    for (const StepItem& it : mb.items) {
+      for (int64_t r = 0; it.taps && r < it.n; ++r)
+        for (int64_t t = 0; t < T; ++t)
+          if ((*tl)[t] >= sh.layer_begin() && (*tl)[t] < sh.layer_end())
+            std::copy_n(host.data() + ((row + r) * T + t) * D, D, it.taps + (r * T + t) * D);
+      row += it.n;
+    }
+  }
   if (s + 1 < shards_.size() && mb.X[s + 1].backend != X.backend) {
     Ops& next = shards_[s + 1]->ops();
     if (send_[s]) mb.handoff[s + 1] = ops.send_to(next, mb.X[s + 1].data, X.data, count);

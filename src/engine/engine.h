@@ -148,7 +148,8 @@ struct StepItem {
   float* hidden = nullptr;
   // Optional: the DSpark drafter's taps of every row [n, T * D] (host memory): the mean over the
   // hc streams of the HC state after each of config().dspark.target_layers (engine/dspark.h).
-  // Written whether or not `output` is; steps with taps do not run as captured graphs.
+  // Written whether or not `output` is; computed on the shards' backends (a decode step with
+  // taps still runs as a captured graph) and downloaded after each shard's part of the step.
   float* taps = nullptr;
 };
 

@@ -165,6 +165,8 @@ class Ops {
   virtual void hc_post(const float* y, const float* post, const float* comb, int64_t n, const ModelConfig& c,
                        float* X) = 0;
   virtual void hc_head(const HcWeights& w, const ModelConfig& c, const float* X, int64_t n, float* h) = 0;
+  // out[t * stride .. + D] = the mean of row t's hc streams (the DSpark drafter's taps).
+  virtual void hc_stream_mean(const float* X, int64_t n, const ModelConfig& c, float* out, int64_t stride) = 0;
 
   // ---- state ops over the rows of begin_rows() (one call per layer whatever the batch).
   // The SWA KV rows kv [n, head_dim] into the pool (in its row form) where the sequence keeps

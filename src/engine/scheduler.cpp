@@ -451,6 +451,7 @@ void Scheduler::step_once() {
     stats_.pages = engine_.state_stats();
     stats_.graphs = engine_.graph_stats();
   }
+  dspark_rows_.clear();  // (flushed at the end of this loop: rows of this step only)
   for (size_t i = 0; i < stepped.size(); ++i) {
     Slot& s = *stepped[i];
     if (s.drafts.empty()) keep_rows(s, items[i], s.feed_done < s.feed.size());
@@ -516,6 +517,7 @@ void Scheduler::step_once() {
   } catch (const std::exception& e) {
     for (Slot* s : stepped) stop_drafting(*s, e);
   }
+  flush_dspark_context();
 }
 
 bool Scheduler::emit(Slot& s, const SampleResult& r, bool device, bool constrained, double constraint_secs) {

@@ -156,10 +156,18 @@ class Scheduler {
   void make_drafts(const std::vector<Slot*>& live);             // step step_no_'s drafts of the decoders
   void feed_drafter(const std::vector<Slot*>& slots);           // complete pending rows into the drafter
   void keep_rows(Slot& s, const StepItem& item, bool prefill);  // a step's rows become pending drafter rows
-  // The DSpark drafter (scheduler_dspark.cpp): a block of at most k drafts for s; rows p0..p0+n-1
-  // of this step (their taps, Slot::taps) committed into its context.
-  void make_dspark_drafts(Slot& s, int k);
+  // The DSpark drafter (scheduler_dspark.cpp): blocks of at most k drafts for each (slot, k), in
+  // one drafter pass; rows p0..p0+n-1 of this step (their taps, Slot::taps) queued for its
+  // context, and the step's queued rows committed in one pass.
+  void make_dspark_drafts(const std::vector<std::pair<Slot*, int>>& want);
   void dspark_context(Slot& s, int64_t p0, int64_t n);
+  void flush_dspark_context();
+  struct DsparkRows {
+    Slot* slot;
+    uint64_t id;  // the request's: a slot that finished meanwhile is skipped
+    int64_t p0, n;
+  };
+  std::vector<DsparkRows> dspark_rows_;
   void verify(Slot& s);                                         // acceptance, rollback, the tokens out
   void shadow_probe(Slot& s, int32_t token);                    // a backed-off probe's outcome
   void stop_drafting(Slot& s, const std::exception& e);          // the drafter failed: plain decoding from here

@@ -83,6 +83,7 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
   const int64_t V = engine_.config().vocab_size, per = engine_.config().hc_mult * engine_.config().dim;
   std::vector<Slot*> ds;
   std::vector<int> ks;
+  std::vector<std::pair<Slot*, int>> dsp;  // the DSpark drafter's, one pass for all
   for (Slot* s : live) {
     s->drafts.clear();
     s->draft_probs.clear();
@@ -107,13 +108,14 @@ void Scheduler::make_drafts(const std::vector<Slot*>& live) {
       continue;
     }
     if (s->feeds_dspark(engine_)) {
-      make_dspark_drafts(*s, k);
+      dsp.emplace_back(s, k);
       continue;
     }
     if (!engine_.drafter() || s->pend_n == 0) continue;  // (no row to continue from yet)
     ds.push_back(s);
     ks.push_back(k);
   }
+  make_dspark_drafts(dsp);
   if (ds.empty()) return;
   MtpDrafter& d = *engine_.drafter();
   // Pass 1: every pending row (the model's own states), the last continued with the last token.

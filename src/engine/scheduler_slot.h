@@ -64,9 +64,9 @@ struct Scheduler::Slot {
   // The same for the DSpark drafter: every committed row's taps go into its context.
   bool feeds_dspark(const Engine& e) const { return e.dspark() && drafting && !req.test_drafts; }
   // Whether the rows of scheduler step `step` are kept for its drafter (MTP: the model's HC
-  // states downloaded; DSpark: the taps, which also keep the step out of a CUDA graph): always
-  // for a verify step (verify() keeps them), else not while the draft length has backed off, so
-  // failing drafts cost no drafter pass, no download and no graph a step.
+  // states downloaded; DSpark: the taps, downloaded too): always for a verify step (verify()
+  // keeps them), else not while the draft length has backed off, so failing drafts cost no
+  // drafter pass and no download a step.
   bool wants_rows(const Engine& e, int64_t step) const {
     return (feeds_drafter(e) || feeds_dspark(e)) &&
            (!drafts.empty() || !draft_len || draft_len->wants_rows(draft_clock(step)));

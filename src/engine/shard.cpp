@@ -207,7 +207,9 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad) 
   } end{ops_};
   // A decode step (one row per sequence) may run as a captured graph (step_graphs.h).
   bool done = false;
-  if (rows.decode && !observer_ && !tap_ && !indexer_tap_) done = graphs_.run(b.n, X, [&] { layers(b, X); });
+  if (!tap_layers_.empty()) reserve_taps(b.n);
+  const float* taps = tap_layers_.empty() ? nullptr : this->taps();
+  if (rows.decode && !observer_ && !indexer_tap_) done = graphs_.run(b.n, X, taps, [&] { layers(b, X); });
   if (!done) layers(b, X);
   for (const SeqRows& s : seqs) pool_->advance(*s.state, s.n);
 }
@@ -229,9 +231,24 @@ void Shard::layers(const Batch& b, float* X) {
     const AttnCtx a{ops_, c, L, rope_main_, b.pos.data(), n, model()};  // (the FFN half uses no RoPE)
     block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, b.tokens.data(), X, u, post, comb, xn, y);
-    if (tap_ && std::find(tap_layers_.begin(), tap_layers_.end(), L.layer) != tap_layers_.end()) tap_(L.layer, X, n);
+    if (auto t = std::find(tap_layers_.begin(), tap_layers_.end(), L.layer); t != tap_layers_.end()) {
+      const int64_t T = static_cast<int64_t>(tap_layers_.size());
+      ops_.hc_stream_mean(X, n, c, static_cast<float*>(tap_buf_->data()) + (t - tap_layers_.begin()) * D, T * D);
+    }
     ops_.release_to(mark);
   }
+}
+
+void Shard::reserve_taps(int64_t rows) {
+  if (rows <= tap_rows_) return;
+  // Grown rarely (powers of two, at least 64 rows): a new buffer means new graphs.
+  int64_t cap = std::max<int64_t>(64, tap_rows_);
+  while (cap < rows) cap *= 2;
+  graphs_.clear();
+  tap_buf_.reset();
+  tap_buf_ = ops_.alloc_state(static_cast<size_t>(cap * static_cast<int64_t>(tap_layers_.size()) * config_.dim) *
+                              sizeof(float));
+  tap_rows_ = cap;
 }
 
 void Shard::forward_batch(std::span<const SeqRows> seqs, const HcState& X, int64_t pad) {

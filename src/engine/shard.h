@@ -90,12 +90,12 @@ class Shard {
   // ones (tests/test_long_context.cpp). A step with a tap runs op by op (no graphs).
   using IndexerTap = std::function<void(int layer, std::span<const int64_t> pos, std::vector<int32_t>& sel, int K)>;
   void set_indexer_tap(IndexerTap f) { indexer_tap_ = std::move(f); }
-  // Called with the HC state after each layer of `layers` that is this shard's (the DSpark
-  // drafter's taps, Engine::run_stage); steps run without captured graphs while it is set.
-  void set_taps(std::vector<int> layers, LayerObserver f) {
-    tap_layers_ = std::move(layers);
-    tap_ = std::move(f);
-  }
+  // The DSpark drafter's taps (Engine::run_stage): while `layers` is not empty, every step writes,
+  // after each of those layers that is this shard's, the mean of each row's hc streams to
+  // taps()[row, t, :] (t: the layer's index in `layers`; backend memory, [rows, T, D]). It is an
+  // op of the step, so a decode step with taps still runs as a captured graph (keyed by it).
+  void set_taps(std::vector<int> layers) { tap_layers_ = std::move(layers); }
+  const float* taps() const { return tap_buf_ ? static_cast<const float*>(tap_buf_->data()) : nullptr; }
   // Weight bytes one decode token reads in this shard on its backend: every dense matrix and
   // vector, k of the E experts of each stack, one embedding row, the whole output head.
   int64_t weight_bytes_per_token() const;
@@ -128,7 +128,9 @@ class Shard {
   LayerObserver observer_;
   IndexerTap indexer_tap_;
   std::vector<int> tap_layers_;
-  LayerObserver tap_;
+  std::unique_ptr<Ops::StateMemory> tap_buf_;  // taps(): [tap_rows_, T, D]
+  int64_t tap_rows_ = 0;
+  void reserve_taps(int64_t rows);
   std::unique_ptr<StatePool> pool_;  // before graphs_: the graphs name its buffers
   StepGraphs graphs_;  // its graphs name this shard's weights, pool and scratch
 };

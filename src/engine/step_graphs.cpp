@@ -37,10 +37,11 @@ StepGraphs::Entry* StepGraphs::find(const std::vector<uint64_t>& key, uint64_t h
   return nullptr;
 }
 
-bool StepGraphs::run(int64_t rows, const void* x, const std::function<void()>& layers) {
+bool StepGraphs::run(int64_t rows, const void* x, const void* taps, const std::function<void()>& layers) {
   key_.clear();
   key_.push_back(static_cast<uint64_t>(rows));
   key_.push_back(reinterpret_cast<uintptr_t>(x));
+  key_.push_back(reinterpret_cast<uintptr_t>(taps));
   if (!ops_.step_key(key_)) return false;
   if (!enabled_ || failed_ || !ops_.can_capture()) {
     layers();

@@ -34,9 +34,10 @@ class StepGraphs {
   void set_enabled(bool on);
   bool enabled() const { return enabled_; }
   // Runs one decode step of `rows` rows (the backend's begin_rows() was called) with the HC
-  // state at x, whose op-by-op form is `layers`. Returns false, having done nothing, where the
-  // backend has no graphs: the caller runs `layers` itself.
-  bool run(int64_t rows, const void* x, const std::function<void()>& layers);
+  // state at x and the taps it writes at `taps` (nullptr: none; Shard::set_taps), whose op-by-op
+  // form is `layers`. Returns false, having done nothing, where the backend has no graphs: the
+  // caller runs `layers` itself.
+  bool run(int64_t rows, const void* x, const void* taps, const std::function<void()>& layers);
   const StepGraphStats& stats() const { return stats_; }
   void clear();  // drops every graph (the backend's buffers they name are about to go)
 

@@ -1,4 +1,4 @@
-// Manifold-constrained hyper-connections: hc_pre (with Sinkhorn), hc_post, hc_head.
+// Manifold-constrained hyper-connections: hc_pre (with Sinkhorn), hc_post, hc_head, hc_stream_mean.
 #include <cmath>
 #include <vector>
 
@@ -113,6 +113,15 @@ void hc_head(const float* fn, const float* base, const float* scale, int hc, int
       h[t * dim + c] = s;
     }
   }
+}
+
+void hc_stream_mean(const float* X, int64_t n, int hc, int64_t dim, float* out, int64_t stride) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < dim; ++c) {
+      double s = 0;
+      for (int j = 0; j < hc; ++j) s += X[(t * hc + j) * dim + c];
+      out[t * stride + c] = static_cast<float>(s / static_cast<double>(hc));
+    }
 }
 
 }  // namespace hs::cpu

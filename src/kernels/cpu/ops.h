@@ -38,6 +38,8 @@ void hc_post(const float* y, const float* post, const float* comb, int64_t n, in
 // h[t] = sum_j (sigmoid(m_j * scale + base_j) + eps) * X[t, j],  m = hc_fn . rmsnorm(vec X[t])
 void hc_head(const float* fn, const float* base, const float* scale, int hc, int64_t dim, float hc_eps,
              float norm_eps, const float* X, int64_t n, float* h);
+// out[t * stride + c] = mean_j X[t, j, c], summed in f64 (the DSpark drafter's taps)
+void hc_stream_mean(const float* X, int64_t n, int hc, int64_t dim, float* out, int64_t stride);
 
 // ---- RoPE (interleaved pairs on the trailing rope_dim channels of each head).
 // inv_freq[i], i < rope_dim/2: plain theta^(-2i/rope_dim) or the YaRN-blended frequencies.

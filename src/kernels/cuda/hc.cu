@@ -1,4 +1,5 @@
-// Manifold-constrained hyper-connections (ds4-model-spec.md §4): hc_pre, hc_post, hc_head.
+// Manifold-constrained hyper-connections (ds4-model-spec.md §4): hc_pre, hc_post, hc_head, and
+// hc_stream_mean (the DSpark drafter's taps).
 //
 // Few tokens (decode, hc 4): one launch per call, a cluster of 8 blocks per token. Each block
 // streams 1/8 of the mixing matrix fn [mix, hc*D] (1.5 MB for V4-Flash) against its slice of
@@ -377,6 +378,19 @@ __global__ void hc_post_kernel(const float* y, const float* post, const float* c
   }
 }
 
+// The mean over the hc streams in f64 in stream order, like the CPU twin: the same floats.
+__global__ void hc_stream_mean_kernel(const float* X, int64_t n, int hc, int64_t dim, float* out, int64_t stride) {
+  const int64_t total = n * dim;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / dim, c = i - t * dim;
+    const float* x = X + t * hc * dim + c;
+    double s = 0;
+    for (int j = 0; j < hc; ++j) s += x[j * dim];
+    out[t * stride + c] = static_cast<float>(s / static_cast<double>(hc));
+  }
+}
+
 }  // namespace
 
 void hc_pre(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post, float* comb) {
@@ -393,6 +407,14 @@ void hc_post(DeviceContext& ctx, const float* y, const float* post, const float*
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
   hc_post_kernel<<<grid_for(n * dim, 256), 256, 0, ctx.stream()>>>(y, post, comb, n, hc, dim, X, round_out);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void hc_stream_mean(DeviceContext& ctx, const float* X, int64_t n, int hc, int64_t dim, float* out, int64_t stride) {
+  HS_CHECK(hc >= 1 && dim > 0 && stride >= dim, "hc_stream_mean: hc ", hc, ", dim ", dim, ", stride ", stride);
+  if (n <= 0) return;
+  DeviceGuard g(ctx.device());
+  hc_stream_mean_kernel<<<grid_for(n * dim, 256), 256, 0, ctx.stream()>>>(X, n, hc, dim, out, stride);
   HS_CUDA_CHECK_LAUNCH();
 }
 

@@ -136,6 +136,8 @@ void hc_post(DeviceContext& ctx, const float* y, const float* post, const float*
              int64_t dim, float* X, bool round_out = false);  // round_out: X rounded to BF16
 // h[t] = sum_j (sigmoid(m_j * scale + base_j) + eps) * X[t, j]   (p.sinkhorn_iters unused)
 void hc_head(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* h);
+// out[t * stride + c] = the mean of X[t, 0..hc-1, c] (f64 sums, as the CPU twin).
+void hc_stream_mean(DeviceContext& ctx, const float* X, int64_t n, int hc, int64_t dim, float* out, int64_t stride);
 
 // ---------------------------------------------------------------------------------------
 // Compressor pooling for n_entries entries: kv/gate [n_entries, slots, d] (gate includes ape;
