@@ -382,6 +382,20 @@ TEST(Dspark, SeveralSequencesInOnePassEqualEachAlone) {
     EXPECT_EQ(blocks[static_cast<size_t>(k)].base, alone.base) << "block " << k;
   }
   EXPECT_NE(blocks[0].base, blocks[1].base);
+  // Asking for fewer drafts per block (a shadow probe wants one) gives the leading rows alone.
+  const int64_t B = d.block(), V = c.vocab_size, D = c.dim;
+  const std::vector<int> want = {2, 1, static_cast<int>(B)};
+  const std::vector<DsparkBlock> few = d.draft_blocks(seqs, anchors, want);
+  for (size_t k = 0; k < 3; ++k) {
+    const int64_t r = want[k];
+    ASSERT_EQ(few[k].rows, r);
+    ASSERT_EQ(static_cast<int64_t>(few[k].base.size()), r * V);
+    EXPECT_TRUE(std::equal(few[k].base.begin(), few[k].base.end(), blocks[k].base.begin())) << "block " << k;
+    EXPECT_TRUE(std::equal(few[k].h.begin(), few[k].h.end(), blocks[k].h.begin())) << "block " << k;
+    EXPECT_EQ(static_cast<int64_t>(few[k].h.size()), r * D);
+  }
+  std::vector<float> lg(static_cast<size_t>(V));
+  EXPECT_THROW(d.step(few[1], 1, 4, lg.data(), nullptr), Error) << "a draft past the rows asked for";
 }
 
 // The taps (StepItem::taps) are the mean over the hc streams of the HC state after each target

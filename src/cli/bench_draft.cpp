@@ -50,6 +50,7 @@ nlohmann::ordered_json bench_draft(Engine& eng, int64_t depth, int64_t reps, boo
   // MTP: the drafter's pass for one drafted token (its block and the head), from a warm window;
   // DSpark: one block pass (fixed per verify step) and one draft's Markov + confidence step.
   double draft = 0, block = 0;
+  nlohmann::ordered_json probe;  // DSpark: the drafter's share of a probe step
   if (d) {
     std::vector<float> h(static_cast<size_t>(warm * per));
     for (auto& x : h) x = std::normal_distribution<float>(0.0f, 1.0f)(rng);
@@ -88,6 +89,37 @@ nlohmann::ordered_json bench_draft(Engine& eng, int64_t depth, int64_t reps, boo
     std::printf("speculative decoding (DSpark, blocks of %d) at depth %lld: plain decode step %.3f ms (with taps %.3f "
                 "ms), drafter block %.3f ms + %.3f ms per drafted token\n", dsp->block(), static_cast<long long>(depth),
                 1e3 * plain, 1e3 * timed(1, true), 1e3 * block, 1e3 * draft);
+    // What a probe step of kProbeSeqs backed-off requests adds (one drafter pass each: their context
+    // rows, their blocks with one draft wanted, and with every draft).
+    constexpr int kProbeSeqs = 8;
+    std::vector<std::unique_ptr<DsparkSequence>> many;
+    std::vector<const DsparkSequence*> cs;
+    for (int i = 0; i < kProbeSeqs; ++i) {
+      many.push_back(dsp->new_sequence());
+      dsp->add_context(*many.back(), 0, tp.data(), warm);
+      cs.push_back(many.back().get());
+    }
+    const std::vector<int32_t> anchors(kProbeSeqs, t[0]);
+    const std::vector<int> one(kProbeSeqs, 1);
+    std::vector<double> cx, b1, ball;
+    for (int64_t r = 0; r < reps + 2; ++r) {
+      std::vector<DsparkContextRows> rows;
+      for (auto& q : many) rows.push_back({q.get(), q->next, tp.data(), 1});
+      auto t0 = BenchClock::now();
+      dsp->add_context(rows);
+      if (r >= 2) cx.push_back(seconds_since(t0));
+      t0 = BenchClock::now();
+      dsp->draft_blocks(cs, anchors, one);
+      if (r >= 2) b1.push_back(seconds_since(t0));
+      t0 = BenchClock::now();
+      dsp->draft_blocks(cs, anchors);
+      if (r >= 2) ball.push_back(seconds_since(t0));
+    }
+    probe = {{"requests", kProbeSeqs}, {"context_row_ms", 1e3 * median(cx)}, {"blocks_one_draft_ms", 1e3 * median(b1)},
+             {"blocks_all_drafts_ms", 1e3 * median(ball)}};
+    std::printf("a probe step of %d requests: their context rows %.3f ms, their blocks in one pass %.3f ms (one "
+                "draft each; %.3f ms with all %d)\n", kProbeSeqs, 1e3 * median(cx), 1e3 * median(b1),
+                1e3 * median(ball), dsp->block());
     std::printf("speedup = L x plain / (verify(k) + block + k x draft), L = tokens a verify step yields (1 .. k + 1)\n");
   }
   std::printf("| k | verify ms | x plain | + drafts ms | L=1 | L=2 | L=3 | L=4 | L=5 | break-even L | break-even rate |\n");
@@ -95,6 +127,7 @@ nlohmann::ordered_json bench_draft(Engine& eng, int64_t depth, int64_t reps, boo
   nlohmann::ordered_json out = {{"drafter", d ? "mtp" : "dspark"}, {"depth", depth}, {"plain_step_ms", 1e3 * plain},
                                 {"drafter_pass_ms", 1e3 * draft}, {"drafter_block_ms", 1e3 * block},
                                 {"rows", nlohmann::ordered_json::array()}};
+  if (!probe.is_null()) out["probe"] = probe;
   for (int k = 1; k <= 7; ++k) {
     const double verify = timed(k + 1, true), drafts = block + k * draft, cost = verify + drafts;
     std::printf("| %d | %.3f | %.2f | %.3f |", k, 1e3 * verify, verify / plain, 1e3 * drafts);

@@ -111,8 +111,9 @@ DsparkBlock DsparkDrafter::draft_block(const DsparkSequence& s, int32_t anchor) 
 }
 
 std::vector<DsparkBlock> DsparkDrafter::draft_blocks(std::span<const DsparkSequence* const> seqs,
-                                                     std::span<const int32_t> anchors) {
-  HS_CHECK(seqs.size() == anchors.size(), "internal: ", seqs.size(), " DSpark sequences, ", anchors.size(), " anchors");
+                                                     std::span<const int32_t> anchors, std::span<const int> drafts) {
+  HS_CHECK(seqs.size() == anchors.size() && (drafts.empty() || drafts.size() == seqs.size()), "internal: ",
+           seqs.size(), " DSpark sequences, ", anchors.size(), " anchors, ", drafts.size(), " draft counts");
   const int64_t B = c_.dspark.block, D = c_.dim, hc = c_.hc_mult, per = hc * D, H = c_.n_heads, hd = c_.head_dim;
   const int64_t V = c_.vocab_size, W = c_.window, R = static_cast<int64_t>(seqs.size()), n = R * B;
   std::vector<DsparkBlock> out(seqs.size());
@@ -130,6 +131,7 @@ std::vector<DsparkBlock> DsparkDrafter::draft_blocks(std::span<const DsparkSeque
     DsparkBlock& b = out[static_cast<size_t>(r)];
     b.p = s.next - 1;
     b.anchor = anchor;
+    b.rows = drafts.empty() ? static_cast<int>(B) : std::clamp(drafts[static_cast<size_t>(r)], 1, static_cast<int>(B));
     tokens[static_cast<size_t>(r * B)] = anchor;
     for (int64_t j = 0; j < B; ++j) pos[static_cast<size_t>(r * B + j)] = b.p + 1 + j;
     // The context rows every block row sees: the ring's positions in (p - window, p].
@@ -181,27 +183,44 @@ std::vector<DsparkBlock> DsparkDrafter::draft_blocks(std::span<const DsparkSeque
     ffn_sublayer(a, tokens.data(), X, u, post, comb, xn, y);
     ops_.release_to(mark);
   }
+  // Only the rows whose drafts are asked for go on (the whole block went through the stages: its
+  // rows see each other): hc_head over all, then each block's first `rows` rows packed together
+  // for the head (a shadow probe needs one row of B; the head is the pass's largest matrix).
   float* h = ops_.alloc(n * D);
   ops_.hc_head(w_.hc_head, c_, X, n, h);
-  std::vector<float> hh(static_cast<size_t>(n * D));
-  ops_.download(hh.data(), h, n * D);
-  float* yn = ops_.alloc(n * D);
-  ops_.rmsnorm_bf16(h, w_.norm, n, c_.norm_eps, yn, both);
-  float* logits = ops_.alloc(n * V);
-  ops_.matmul(head_, yn, n, logits);
-  for (int64_t r = 0; r < R; ++r) {
-    DsparkBlock& b = out[static_cast<size_t>(r)];
-    b.h.assign(hh.begin() + r * B * D, hh.begin() + (r + 1) * B * D);
-    b.base.resize(static_cast<size_t>(B * V));
-    ops_.download(b.base.data(), logits + r * B * V, B * V);
+  int64_t m = 0;
+  for (const DsparkBlock& b : out) m += b.rows;
+  float* hk = h;
+  if (m < n) {
+    hk = ops_.alloc(m * D);
+    int64_t row = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      const int64_t k = out[static_cast<size_t>(r)].rows;
+      ops_.copy(hk + row * D, h + r * B * D, k * D);
+      row += k;
+    }
+  }
+  std::vector<float> hh(static_cast<size_t>(m * D));
+  ops_.download(hh.data(), hk, m * D);
+  float* yn = ops_.alloc(m * D);
+  ops_.rmsnorm_bf16(hk, w_.norm, m, c_.norm_eps, yn, both);
+  float* logits = ops_.alloc(m * V);
+  ops_.matmul(head_, yn, m, logits);
+  std::vector<float> all(static_cast<size_t>(m * V));
+  ops_.download(all.data(), logits, m * V);
+  int64_t row = 0;
+  for (DsparkBlock& b : out) {
+    b.h.assign(hh.begin() + row * D, hh.begin() + (row + b.rows) * D);
+    b.base.assign(all.begin() + row * V, all.begin() + (row + b.rows) * V);
+    row += b.rows;
   }
   return out;
 }
 
 void DsparkDrafter::step(const DsparkBlock& b, int j, int32_t prev, float* logits, float* confidence) {
   const int64_t B = c_.dspark.block, D = c_.dim, V = c_.vocab_size, R = c_.dspark.markov_rank;
-  HS_CHECK(j >= 0 && j < B && static_cast<int64_t>(b.base.size()) == B * V, "DSpark drafter: draft ", j,
-           " of a block of ", B);
+  HS_CHECK(j >= 0 && j < b.rows && b.rows <= B && static_cast<int64_t>(b.base.size()) == b.rows * V,
+           "DSpark drafter: draft ", j, " of a block of ", B, " drafted for ", b.rows);
   HS_CHECK(prev >= 0 && prev < V, "DSpark drafter: token ", prev, " is outside the vocabulary");
   Scratch scratch(ops_);
   // The Markov bias markov_w2 · markov_w1[prev], and the confidence of [h_j ; markov_w1[prev]].

@@ -37,8 +37,9 @@ struct DsparkContextRows {
 struct DsparkBlock {
   int64_t p = -1;            // the last context position; the anchor is at p + 1
   int32_t anchor = -1;
-  std::vector<float> h;      // [B, D]: hc_head of the last stage (the confidence head's input)
-  std::vector<float> base;   // [B, V]: head(norm(h))
+  int rows = 0;              // the rows drafted (the first `rows` of B; step() takes j < rows)
+  std::vector<float> h;      // [rows, D]: hc_head of the last stage (the confidence head's input)
+  std::vector<float> base;   // [rows, V]: head(norm(h))
 };
 
 class DsparkDrafter {
@@ -60,8 +61,10 @@ class DsparkDrafter {
   // The block whose anchor (the token at position s.next) starts it; needs context.
   DsparkBlock draft_block(const DsparkSequence& s, int32_t anchor);
   // The blocks of several sequences in one pass (every op but the attention over all their
-  // rows; the attention per block): each as draft_block would give it.
-  std::vector<DsparkBlock> draft_blocks(std::span<const DsparkSequence* const> seqs, std::span<const int32_t> anchors);
+  // rows; the attention per block): each as draft_block would give it, but with the logits of
+  // only its first drafts[i] rows (1..B; empty: all B).
+  std::vector<DsparkBlock> draft_blocks(std::span<const DsparkSequence* const> seqs, std::span<const int32_t> anchors,
+                                        std::span<const int> drafts = {});
   // Draft j of block b after token prev (the anchor for j = 0, else draft j - 1): its logits
   // [V] (base + Markov bias) and its confidence logit (sigmoid: the chance it is accepted).
   void step(const DsparkBlock& b, int j, int32_t prev, float* logits, float* confidence);
