@@ -396,6 +396,16 @@ TEST(Dspark, SeveralSequencesInOnePassEqualEachAlone) {
   }
   std::vector<float> lg(static_cast<size_t>(V));
   EXPECT_THROW(d.step(few[1], 1, 4, lg.data(), nullptr), Error) << "a draft past the rows asked for";
+  // Several blocks' drafts in one pass (a step's shadow probes) equal step() on each.
+  const std::vector<const DsparkBlock*> bp = {&blocks[0], &blocks[1], &blocks[2]};
+  const std::vector<int> js = {0, 3, 1};
+  const std::vector<int32_t> prevs = {17, 8, 60};
+  std::vector<float> many(static_cast<size_t>(3 * V));
+  d.steps(bp, js, prevs, many.data());
+  for (size_t k = 0; k < 3; ++k) {
+    d.step(blocks[k], js[k], prevs[k], lg.data(), nullptr);
+    EXPECT_TRUE(std::equal(lg.begin(), lg.end(), many.begin() + static_cast<int64_t>(k) * V)) << "block " << k;
+  }
 }
 
 // The taps (StepItem::taps) are the mean over the hc streams of the HC state after each target

@@ -143,7 +143,7 @@ TEST(SpecDecode, FailingDraftsBackOffAndTheNextRequestStartsLower) {
   const int n = 120;
   const auto plain = test::run_all(*e, options(0), {prompt_of(9, 1), prompt_of(9, 2)}, n, {greedy(), greedy()});
   Scheduler s(*e, options(3));
-  std::vector<int64_t> drafted, accepted;
+  std::vector<int64_t> drafted, accepted, probes;
   for (int i = 0; i < 2; ++i) {
     const SchedulerStats before = s.stats();
     const test::Outcome out = test::generate(s, prompt_of(9, 1 + i), n, greedy()).get();
@@ -151,7 +151,13 @@ TEST(SpecDecode, FailingDraftsBackOffAndTheNextRequestStartsLower) {
     const SchedulerStats after = s.stats();
     drafted.push_back(after.drafted_tokens - before.drafted_tokens);
     accepted.push_back(after.accepted_tokens - before.accepted_tokens);
+    probes.push_back(after.draft_probes - before.draft_probes);
   }
+  // The second also starts at the probe interval the first backed off to (64 steps): it does not
+  // probe every 8, 16, 32 steps first.
+  EXPECT_GE(probes[0], 4);
+  EXPECT_LE(probes[1], n / 64 + 1);
+  EXPECT_LT(probes[1], probes[0]);
   ASSERT_LE(accepted[0] * 4, drafted[0]) << "the random drafter accepts too often for this test";
   // From 0.6: k = 2, 2, then k = 1 four times (10 drafts), then probes of one draft.
   EXPECT_GE(drafted[0], 8);

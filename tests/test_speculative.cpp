@@ -201,6 +201,28 @@ TEST(Speculative, DraftLengthAdapts) {
   EXPECT_EQ(len.next(step), 5);
 }
 
+// A request can start backed off further (Scheduler: where recent greedy requests ended): it probes
+// on that interval's grid from the start; the interval is kept within 8..64.
+TEST(Speculative, DraftLengthStartsAtAGivenProbeInterval) {
+  EXPECT_EQ(DraftLength(3, 0.0, 1).probe_every(), DraftLength::kProbeMin);
+  EXPECT_EQ(DraftLength(3, 0.0, 1000).probe_every(), DraftLength::kProbeMax);
+  DraftLength len(3, 0.0, 64);
+  int probes = 0;
+  for (int64_t step = 1; step < 640; ++step) {
+    const int k = len.next(step);
+    if (k > 0) {
+      EXPECT_EQ(step % 64, 0) << "a probe off the 64-step grid at step " << step;
+      ++probes;
+      len.observe(k, 0);
+    }
+  }
+  EXPECT_EQ(probes, 9);
+  // One accepted probe brings the interval back to 8.
+  len.next(640);
+  len.observe(1, 1);
+  EXPECT_EQ(len.probe_every(), DraftLength::kProbeMin);
+}
+
 // Sequences that back off at different times probe in the same steps (the intervals are powers
 // of two on the shared step count), so a batch pays for one step of verify rows, not one per
 // sequence.

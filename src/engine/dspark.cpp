@@ -240,4 +240,31 @@ void DsparkDrafter::step(const DsparkBlock& b, int j, int32_t prev, float* logit
   *confidence += w_.confidence_bias;
 }
 
+void DsparkDrafter::steps(std::span<const DsparkBlock* const> blocks, std::span<const int> js,
+                          std::span<const int32_t> prevs, float* logits) {
+  const int64_t V = c_.vocab_size, R = static_cast<int64_t>(blocks.size()), Rk = c_.dspark.markov_rank;
+  HS_CHECK(js.size() == blocks.size() && prevs.size() == blocks.size(), "internal: ", blocks.size(), " DSpark blocks, ",
+           js.size(), " draft indices, ", prevs.size(), " tokens");
+  if (R == 0) return;
+  for (int64_t r = 0; r < R; ++r) {
+    const DsparkBlock& b = *blocks[static_cast<size_t>(r)];
+    const int j = js[static_cast<size_t>(r)];
+    const int32_t prev = prevs[static_cast<size_t>(r)];
+    HS_CHECK(j >= 0 && j < b.rows && static_cast<int64_t>(b.base.size()) == b.rows * V, "DSpark drafter: draft ", j,
+             " of a block drafted for ", b.rows);
+    HS_CHECK(prev >= 0 && prev < V, "DSpark drafter: token ", prev, " is outside the vocabulary");
+  }
+  Scratch scratch(ops_);
+  float* e = ops_.alloc(R * Rk);
+  ops_.embed(w_.markov_w1, prevs.data(), R, 1, e);
+  float* bias = ops_.alloc(R * V);
+  ops_.matmul(w_.markov_w2, e, R, bias);
+  ops_.download(logits, bias, R * V);
+  for (int64_t r = 0; r < R; ++r) {
+    const float* base = blocks[static_cast<size_t>(r)]->base.data() + js[static_cast<size_t>(r)] * V;
+    float* out = logits + r * V;
+    for (int64_t v = 0; v < V; ++v) out[v] += base[v];
+  }
+}
+
 }  // namespace hs

@@ -68,6 +68,10 @@ class DsparkDrafter {
   // Draft j of block b after token prev (the anchor for j = 0, else draft j - 1): its logits
   // [V] (base + Markov bias) and its confidence logit (sigmoid: the chance it is accepted).
   void step(const DsparkBlock& b, int j, int32_t prev, float* logits, float* confidence);
+  // The logits of several blocks' drafts at once (draft js[i] of blocks[i] after prevs[i]) into
+  // logits [n, V], without the confidence (the shadow probes of a step).
+  void steps(std::span<const DsparkBlock* const> blocks, std::span<const int> js, std::span<const int32_t> prevs,
+             float* logits);
 
  private:
   bool model() const { return numerics_ == Numerics::Model; }

@@ -183,9 +183,10 @@ void Scheduler::loop() {
         s->last = -1;
         s->drafting = may_draft(s->req);
         // (A sampled request starts where its seed alone decides: see Slot::draft_clock.)
-        s->draft_len = std::make_unique<DraftLength>(
-            std::max(opts_.draft_max, 1),
-            draws_uniform(s->req.sampling) ? DraftLength::kStart : std::min(DraftLength::kStart, draft_prior_));
+        s->draft_len = draws_uniform(s->req.sampling)
+                           ? std::make_unique<DraftLength>(std::max(opts_.draft_max, 1))
+                           : std::make_unique<DraftLength>(std::max(opts_.draft_max, 1),
+                                                           std::min(DraftLength::kStart, draft_prior_), probe_prior_);
         s->clear_drafts();
         free_pages -= pages_wanted(*s);
         stats_.requests_active++;
@@ -252,8 +253,11 @@ void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
     tokens.insert(tokens.end(), s.out.begin(), s.out.end());
     keep_snapshot(s, tokens);
   }
-  if (s.drafting && s.draft_len && s.draft_len->judged() > 0 && !s.req.test_drafts && !draws_uniform(s.req.sampling))
+  if (s.drafting && s.draft_len && s.draft_len->judged() > 0 && !s.req.test_drafts &&
+      !draws_uniform(s.req.sampling)) {
     draft_prior_ = 0.5 * draft_prior_ + 0.5 * s.draft_len->acceptance();
+    probe_prior_ = s.draft_len->probe_every();
+  }
   GenerationRequest req = std::move(s.req);
   s.sampler.reset();
   s.clear_drafts();

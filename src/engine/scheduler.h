@@ -189,6 +189,7 @@ class Scheduler {
   // failing drafts. (Greedy only: a sampled request's drafting must depend on it alone, its
   // seed's tokens do.)
   double draft_prior_ = DraftLength::kStart;
+  int probe_prior_ = DraftLength::kProbeMin;  // the probe interval the last greedy drafting request ended at
   bool stop_ = false, draining_ = false;
   std::thread thread_;
 };

@@ -72,17 +72,30 @@ void Scheduler::make_dspark_drafts(const std::vector<std::pair<Slot*, int>>& wan
   const int64_t V = engine_.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V)), q;
   std::vector<int32_t> idx;
+  // The shadow probes (scheduler_draft.cpp shadow_probe; no confidence cut): their first drafts
+  // in one pass.
+  std::vector<const DsparkBlock*> pb;
+  std::vector<int32_t> prevs;
+  std::vector<Slot*> probing;
+  for (size_t i = 0; i < slots.size(); ++i)
+    if (slots[i]->draft_len->probing()) {
+      pb.push_back(&blocks[i]);
+      prevs.push_back(slots[i]->last);
+      probing.push_back(slots[i]);
+    }
+  if (!pb.empty()) {
+    std::vector<float> pl(pb.size() * static_cast<size_t>(V));
+    d.steps(pb, std::vector<int>(pb.size(), 0), prevs, pl.data());
+    for (size_t i = 0; i < probing.size(); ++i) probing[i]->shadow_draft(pl.data() + i * V, V, idx);
+  }
   for (size_t i = 0; i < slots.size(); ++i) {
     Slot& s = *slots[i];
+    if (s.draft_len->probing()) continue;
     const DsparkBlock& b = blocks[i];
     int32_t prev = s.last;
     for (int j = 0; j < ks[i]; ++j) {
       float conf = 0.0f;
       d.step(b, j, prev, logits.data(), &conf);
-      if (s.draft_len->probing()) {  // a shadow probe (scheduler_draft.cpp shadow_probe), no confidence cut
-        s.shadow_draft(logits.data(), V, idx);
-        break;
-      }
       // DeepSpec's confident prefix: stop at the first draft below the threshold. A head that
       // doubts even the first draft counts as a rejected one for the draft length: a request
       // where it keeps doubting backs off (no taps, no block pass a step) like one whose drafts fail.

@@ -103,10 +103,7 @@ int DraftLength::by_rate() const {
 int DraftLength::next(int64_t step) {
   const int k = by_rate();
   probing_ = false;
-  if (k > 0) {
-    probe_every_ = kProbeMin;
-    return k;
-  }
+  if (k > 0) return k;
   if (step % probe_every_ == 0) {
     probing_ = true;
     return std::min(1, max_k_);
@@ -124,7 +121,10 @@ void DraftLength::observe(int drafted, int accepted) {
   const int judged = std::min(drafted, accepted + 1);
   judged_ += judged;
   for (int i = 0; i < judged; ++i) rate_ = 0.85 * rate_ + 0.15 * (i < accepted ? 1.0 : 0.0);
-  if (probing_) probe_every_ = accepted > 0 ? kProbeMin : std::min(2 * probe_every_, kProbeMax);
+  // An accepted draft brings the probes back to the shortest interval; a failed probe doubles it
+  // (drafts by the rate that fail keep it: a request that started from a longer one goes on there).
+  if (accepted > 0) probe_every_ = kProbeMin;
+  else if (probing_) probe_every_ = std::min(2 * probe_every_, kProbeMax);
 }
 
 }  // namespace hs

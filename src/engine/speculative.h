@@ -6,6 +6,7 @@
 // the distributions the sampler draws from (sampling_probs: temperature, top-k, min-p, top-p),
 // so greedy decoding (one-hot p and q) accepts exactly the drafts equal to the target's argmax.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -33,8 +34,8 @@ DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target,
 // further): an estimate a of the chance that a draft is accepted (exponential average over the
 // drafts' outcomes) gives the longest k whose last draft still has a chance a^k >= 1/4 of being
 // used; below that nothing is drafted, except one probe draft where a clock the caller gives is
-// a multiple of a probe interval: 8, then 16, 32, up to 64 while the probes fail (back to 8 when
-// one is accepted). The intervals are powers of two, so sequences that share a clock (the
+// a multiple of a probe interval: 8 (or where the caller starts it), then 16, 32, up to 64 while
+// the probes fail (back to 8 when a draft is accepted). The intervals are powers of two, so sequences that share a clock (the
 // scheduler's step count, for greedy requests: Slot::draft_clock) probe in the same steps (one
 // step of verify rows, not one per sequence). A prompt where drafts fail then costs little: a
 // verify row every 64 steps, and the
@@ -43,7 +44,11 @@ DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target,
 class DraftLength {
  public:
   static constexpr double kStart = 0.6;  // the estimate a request starts from, at most (Scheduler: its prior)
-  explicit DraftLength(int max_k, double start = kStart) : max_k_(max_k), rate_(start) {}
+  static constexpr int kProbeMin = 8, kProbeMax = 64, kLead = 4;
+  // probe_every: the probe interval it backs off from (Scheduler: what recent greedy requests had
+  // reached, so a new one where drafts fail like theirs does not probe every 8 steps first).
+  explicit DraftLength(int max_k, double start = kStart, int probe_every = kProbeMin)
+      : max_k_(max_k), rate_(start), probe_every_(std::clamp(probe_every, kProbeMin, kProbeMax)) {}
   int next(int64_t step);                // drafts to make at clock value `step` (0..max_k)
   // Whether the rows of that step should reach the drafter: it drafts by its rate, or a probe
   // is at most kLead steps away (the drafter then restarts there, with that much context).
@@ -52,15 +57,15 @@ class DraftLength {
   bool probing() const { return probing_; }  // the last next() was a probe
   double acceptance() const { return rate_; }
   int64_t judged() const { return judged_; }  // drafts whose outcome is known so far
+  int probe_every() const { return probe_every_; }
 
  private:
   int max_k_;
   double rate_;
-  int probe_every_ = kProbeMin;
+  int probe_every_;
   bool probing_ = false;  // the last next() was a probe
   int64_t judged_ = 0;
   int by_rate() const;  // the longest k with a^k >= 1/4 (0: none)
-  static constexpr int kProbeMin = 8, kProbeMax = 64, kLead = 4;
 };
 
 }  // namespace hs
