@@ -153,15 +153,15 @@ TEST(SpecDecode, FailingDraftsBackOffAndTheNextRequestStartsLower) {
     accepted.push_back(after.accepted_tokens - before.accepted_tokens);
     probes.push_back(after.draft_probes - before.draft_probes);
   }
-  // The second also starts at the probe interval the first backed off to (64 steps): it does not
-  // probe every 8, 16, 32 steps first.
-  EXPECT_GE(probes[0], 4);
-  EXPECT_LE(probes[1], n / 64 + 1);
+  // The second also starts at the probe interval the first backed off to (the longest): it does
+  // not probe every 16, 32, 64 steps first.
+  EXPECT_GE(probes[0], 3);
+  EXPECT_LE(probes[1], n / DraftLength::kProbeMax + 1);
   EXPECT_LT(probes[1], probes[0]);
   ASSERT_LE(accepted[0] * 4, drafted[0]) << "the random drafter accepts too often for this test";
   // From 0.6: k = 2, 2, then k = 1 four times (10 drafts), then probes of one draft.
   EXPECT_GE(drafted[0], 8);
-  EXPECT_LE(drafted[0], 10 + n / 8 + 1);
+  EXPECT_LE(drafted[0], 10 + n / DraftLength::kProbeMin + 1);
   EXPECT_LT(drafted[1], drafted[0]) << "the second request should start from the first's lower estimate";
 }
 

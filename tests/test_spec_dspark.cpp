@@ -105,7 +105,7 @@ TEST(SpecDspark, AThresholdNothingPassesDraftsNothing) {
   EXPECT_EQ(st.drafted_tokens, 0);
   EXPECT_EQ(st.verify_steps, 0);
   // A head that doubts every first draft backs the request off like failing drafts: over a
-  // longer generation only shadow probes remain (at most one per 8 steps), checked against the
+  // longer generation only shadow probes remain (at most one per kProbeMin steps), checked against the
   // step's own token.
   const int n = 96;
   const auto plain_long = test::run_all(*e, options(0, 0.0f), prompts, n, {greedy()}, &st);
@@ -113,7 +113,7 @@ TEST(SpecDspark, AThresholdNothingPassesDraftsNothing) {
   EXPECT_EQ(spec_long[0].tokens, plain_long[0].tokens);
   EXPECT_EQ(st.drafted_tokens, 0);
   EXPECT_GE(st.draft_probes, 3);
-  EXPECT_LE(st.draft_probes, n / 8 + 1);
+  EXPECT_LE(st.draft_probes, n / DraftLength::kProbeMin + 1);
 }
 
 TEST(SpecDspark, SampledOutputIsReproduciblePerSeed) {

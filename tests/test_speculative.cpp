@@ -169,11 +169,11 @@ TEST(Speculative, DraftLengthAdapts) {
     if (i >= 200) {
       drafted += k;
       steps_with_drafts += k > 0;
-      if (k > 0) EXPECT_EQ(step % 64, 0) << "a probe off the shared 64-step grid at step " << step;
+      if (k > 0) EXPECT_EQ(step % DraftLength::kProbeMax, 0) << "a probe off the shared longest grid at step " << step;
     }
   }
-  EXPECT_LE(steps_with_drafts, 800 / 64 + 1);  // one probe every 64 steps
-  EXPECT_GE(steps_with_drafts, 800 / 64 - 1);
+  EXPECT_LE(steps_with_drafts, 800 / DraftLength::kProbeMax + 1);  // one probe every kProbeMax steps
+  EXPECT_GE(steps_with_drafts, 800 / DraftLength::kProbeMax - 1);
   EXPECT_EQ(drafted, steps_with_drafts);       // of one draft each
   // Backed off, the drafter is fed only on the few steps before each probe (the scheduler asks
   // wants_rows() after next(), for the step about to run): every probe has such steps right
@@ -190,7 +190,7 @@ TEST(Speculative, DraftLengthAdapts) {
     last_fed = len.wants_rows(step);
     fed += last_fed && k == 0;
   }
-  EXPECT_GE(probes, 9);
+  EXPECT_GE(probes, 640 / DraftLength::kProbeMax - 1);
   EXPECT_EQ(fed_before_probe, probes);
   EXPECT_LE(fed, probes * 4);
   // Drafts that are always accepted: a probe that works brings the full length back.
@@ -202,23 +202,24 @@ TEST(Speculative, DraftLengthAdapts) {
 }
 
 // A request can start backed off further (Scheduler: where recent greedy requests ended): it probes
-// on that interval's grid from the start; the interval is kept within 8..64.
+// on that interval's grid from the start; the interval is kept within kProbeMin..kProbeMax.
 TEST(Speculative, DraftLengthStartsAtAGivenProbeInterval) {
   EXPECT_EQ(DraftLength(3, 0.0, 1).probe_every(), DraftLength::kProbeMin);
   EXPECT_EQ(DraftLength(3, 0.0, 1000).probe_every(), DraftLength::kProbeMax);
-  DraftLength len(3, 0.0, 64);
+  const int every = DraftLength::kProbeMax;
+  DraftLength len(3, 0.0, every);
   int probes = 0;
-  for (int64_t step = 1; step < 640; ++step) {
+  for (int64_t step = 1; step < 10 * every; ++step) {
     const int k = len.next(step);
     if (k > 0) {
-      EXPECT_EQ(step % 64, 0) << "a probe off the 64-step grid at step " << step;
+      EXPECT_EQ(step % every, 0) << "a probe off the longest grid at step " << step;
       ++probes;
       len.observe(k, 0);
     }
   }
   EXPECT_EQ(probes, 9);
   // One accepted probe brings the interval back to 8.
-  len.next(640);
+  len.next(10 * every);
   len.observe(1, 1);
   EXPECT_EQ(len.probe_every(), DraftLength::kProbeMin);
 }
@@ -239,8 +240,8 @@ TEST(Speculative, DraftLengthProbesAlign) {
     }
     if (step >= 500) probes += here, steps_with_probe += here > 0;
   }
-  EXPECT_GE(probes, 8 * (1500 / 64 - 1));
-  EXPECT_LE(steps_with_probe, 1500 / 64 + 1);  // every sequence probes in the same steps
+  EXPECT_GE(probes, 8 * (1500 / DraftLength::kProbeMax - 1));
+  EXPECT_LE(steps_with_probe, 1500 / DraftLength::kProbeMax + 1);  // every sequence probes in the same steps
 }
 
 }  // namespace

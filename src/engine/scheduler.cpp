@@ -255,7 +255,7 @@ void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
   }
   if (s.drafting && s.draft_len && s.draft_len->judged() > 0 && !s.req.test_drafts &&
       !draws_uniform(s.req.sampling)) {
-    draft_prior_ = 0.5 * draft_prior_ + 0.5 * s.draft_len->acceptance();
+    draft_prior_ = 0.25 * draft_prior_ + 0.75 * s.draft_len->acceptance();
     probe_prior_ = s.draft_len->probe_every();
   }
   GenerationRequest req = std::move(s.req);

@@ -184,10 +184,10 @@ class Scheduler {
   uint64_t next_admitted_ = 1;
   int64_t step_no_ = 0;  // engine steps run so far (the drafters' probes fall on multiples: DraftLength)
   // Where a new greedy request's acceptance estimate starts (at most DraftLength::kStart): the
-  // running mean of the final estimates of the greedy requests that drafted, so that on a server
-  // whose drafts keep failing a new request does not first spend its early steps verifying
-  // failing drafts. (Greedy only: a sampled request's drafting must depend on it alone, its
-  // seed's tokens do.)
+  // running mean (weighted 3:1 to the newest) of the final estimates of the greedy requests that
+  // drafted, so that on a server whose drafts keep failing a new request does not first spend its
+  // early steps verifying failing drafts. (Greedy only: a sampled request's drafting must depend
+  // on it alone, its seed's tokens do.)
   double draft_prior_ = DraftLength::kStart;
   int probe_prior_ = DraftLength::kProbeMin;  // the probe interval the last greedy drafting request ended at
   bool stop_ = false, draining_ = false;

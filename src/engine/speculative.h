@@ -34,17 +34,16 @@ DraftVerdict verify_drafts(std::span<const int32_t> drafts, const float* target,
 // further): an estimate a of the chance that a draft is accepted (exponential average over the
 // drafts' outcomes) gives the longest k whose last draft still has a chance a^k >= 1/4 of being
 // used; below that nothing is drafted, except one probe draft where a clock the caller gives is
-// a multiple of a probe interval: 8 (or where the caller starts it), then 16, 32, up to 64 while
-// the probes fail (back to 8 when a draft is accepted). The intervals are powers of two, so sequences that share a clock (the
-// scheduler's step count, for greedy requests: Slot::draft_clock) probe in the same steps (one
-// step of verify rows, not one per sequence). A prompt where drafts fail then costs little: a
-// verify row every 64 steps, and the
-// drafter fed only the kLead steps before each probe (wants_rows); one where drafts start to
-// work is noticed.
+// a multiple of a probe interval: 16 (or where the caller starts it), then 32, 64, up to 128
+// while the probes fail (back to 16 when a draft is accepted). The intervals are powers of two,
+// so sequences that share a clock (the scheduler's step count, for greedy requests:
+// Slot::draft_clock) probe in the same steps (one drafter pass for all). A prompt where drafts
+// fail then costs little: a shadow probe every 128 steps, and the drafter fed only the kLead
+// steps before each probe (wants_rows); one where drafts start to work is noticed.
 class DraftLength {
  public:
   static constexpr double kStart = 0.6;  // the estimate a request starts from, at most (Scheduler: its prior)
-  static constexpr int kProbeMin = 8, kProbeMax = 64, kLead = 4;
+  static constexpr int kProbeMin = 16, kProbeMax = 128, kLead = 4;
   // probe_every: the probe interval it backs off from (Scheduler: what recent greedy requests had
   // reached, so a new one where drafts fail like theirs does not probe every 8 steps first).
   explicit DraftLength(int max_k, double start = kStart, int probe_every = kProbeMin)
