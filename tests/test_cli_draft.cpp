@@ -30,6 +30,11 @@ TEST(CliDraft, SynthRunAndBadValues) {
   expect_error(test::run_cli(run + "--draft mtp --draft-max 0"), "--draft-max 0");
   expect_error(test::run_cli(run + "--draft mtp --draft-max 1000000"), "--draft-max 1000000");
   expect_error(test::run_cli(run + "--draft-max 3"), "--draft-max needs --draft");
+  expect_error(test::run_cli(run + "--draft-device cpu"), "--draft-device needs --draft");
+  expect_error(test::run_cli(run + "--draft mtp --draft-device tpu:0"), "--draft-device: unknown device 'tpu:0'");
+  const auto on_cpu = test::run_cli(run + "--draft mtp --draft-max 4 --draft-device cpu");
+  ASSERT_EQ(on_cpu.code, 0) << on_cpu.out;
+  EXPECT_EQ(on_cpu.out.substr(0, on_cpu.out.find("\n[")), plain.out.substr(0, plain.out.find("\n[")));
   expect_error(test::run_cli(run + "--draft sometimes"), "--draft: expected auto, mtp, dspark or off");
   expect_error(test::run_cli("run -p hi --draft mtp"), "no MTP block");  // the built-in model has none
   expect_error(test::run_cli(run + "--draft dspark"), "cannot draft with --draft dspark");  // an MTP model

@@ -24,9 +24,10 @@ SyntheticSpec model() {
   return s;
 }
 
-std::unique_ptr<Engine> engine(const std::string& device) {
+std::unique_ptr<Engine> engine(const std::string& device, const std::string& draft_device = "") {
   EngineOptions o;
   o.device = device;
+  o.draft_device = draft_device;
   o.draft = "mtp";
   o.max_seqs = 4;
   o.max_context = 256;
@@ -87,6 +88,38 @@ TEST(MtpCuda, SpeculativeGreedyEqualsPlainOnTheDevice) {
               prompts.size(), static_cast<long long>(st.drafted_tokens), static_cast<long long>(st.accepted_tokens));
   EXPECT_GT(st.drafted_tokens, 0);
   EXPECT_GE(same, static_cast<int>(prompts.size()) - 1);
+}
+
+// --draft-device: the drafter on another backend than the model (its embedding and head copied
+// there; its inputs come through host memory). Greedy speculative decoding gives plain greedy's
+// tokens (the model verifies them), and drafts are made: the model on cuda:0 with the drafter on
+// the CPU, and the other way round.
+TEST(MtpCuda, TheDrafterOnAnotherDevice) {
+  if (gpu_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::vector<std::vector<int32_t>> prompts;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 9 + 5 * r; ++i) p.push_back(static_cast<int32_t>((i * 29 + r * 13 + 4) % 300 + 3));
+    prompts.push_back(p);
+  }
+  SamplingParams g;
+  g.temperature = 0;
+  const std::vector<SamplingParams> sp(prompts.size(), g);
+  for (const bool model_on_gpu : {true, false}) {
+    auto e = model_on_gpu ? engine("cuda:0", "cpu") : engine("cpu", "cuda:0");
+    ASSERT_NE(e->drafter(), nullptr);
+    SchedulerOptions o;
+    o.max_seqs = 4;
+    o.prefill_chunk = 8;
+    const auto plain = test::run_all(*e, o, prompts, 24, sp);
+    o.draft_max = 3;
+    SchedulerStats st;
+    const auto spec = test::run_all(*e, o, prompts, 24, sp, &st);
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(spec[i].tokens, plain[i].tokens) << (model_on_gpu ? "model on cuda:0" : "model on the cpu")
+                                                 << ", request " << i;
+    EXPECT_GT(st.drafted_tokens, 0);
+  }
 }
 
 }  // namespace

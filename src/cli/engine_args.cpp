@@ -66,6 +66,7 @@ std::vector<OptionSpec> draft_option_specs() {
        "to each request's acceptance, for DSpark to its confidence head, at most its block)", "N"},
       {"draft-confidence", true, "DSpark: verify the drafts up to the first whose confidence is below this, 0..1 "
        "(default 0.5; 0: the whole block)", "C"},
+      {"draft-device", true, "where the drafter runs: cpu or cuda:N (default: the last shard's device)", "DEV"},
   };
 }
 
@@ -73,7 +74,9 @@ int draft_options(const ParsedArgs& a, EngineOptions& engine) {
   engine.draft = parse_draft_kind(a.get_or("draft", a.has("draft-model") ? "mtp" : "off"));
   engine.draft_model = a.get_or("draft-model", "");
   HS_CHECK(engine.draft_model.empty() || engine.draft != "off", "--draft-model needs --draft mtp, dspark or auto");
+  engine.draft_device = a.get_or("draft-device", "");
   if (engine.draft == "off") {
+    HS_CHECK(!a.has("draft-device"), "--draft-device needs --draft mtp, dspark or auto");
     HS_CHECK(!a.has("draft-max"), "--draft-max needs --draft mtp, dspark or auto");
     HS_CHECK(!a.has("draft-confidence"), "--draft-confidence needs --draft dspark or auto");
     return 0;

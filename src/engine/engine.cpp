@@ -111,6 +111,15 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   HS_CHECK(opts.draft_model.empty() || draft != "off", "a drafter file (", opts.draft_model,
            ") needs --draft mtp, dspark or auto");
   if (!opts.draft_model.empty()) draft_source_ = open_gguf_drafter(opts.draft_model, config_);
+  if (!opts.draft_device.empty()) {  // refused before any weight is loaded
+    const std::string& d = opts.draft_device;
+    const bool cuda = d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() < 12 &&
+                      d.find_first_not_of("0123456789", 5) == std::string::npos;
+    HS_CHECK(d == "cpu" || cuda, "--draft-device: unknown device '", d, "' (expected cpu or cuda:N)");
+    HS_CHECK(!cuda || std::stoll(d.substr(5)) < gpu_count(), "--draft-device ", d, ": this machine has ", gpu_count(),
+             " usable CUDA device(s)");
+    HS_CHECK(draft != "off", "--draft-device needs --draft mtp, dspark or auto");
+  }
   const ModelSource& draft_src = draft_source_ ? *draft_source_ : *source_;
   // auto: DSpark first (V4-Flash-0731 ships it; its stages also sit under mtp.<s>.*).
   const bool want_dspark = draft == "dspark" || (draft == "auto" && draft_src.has_dspark());
@@ -185,19 +194,43 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   shard_offset_ = std::max(opts.only_shard, 0);
   if ((want_mtp || want_dspark) && opts.only_shard < 0) {
     Shard& last = *shards_.back();
-    Ops& ops = last.ops();
-    const Mat* embed = &shards_.front()->embedding();
-    if (&shards_.front()->ops() != &ops) {  // the drafter embeds on the last shard's backend
-      const auto specs = model_tensor_specs(config_, 0, 1, true, false);
-      for (const TensorSpec& t : specs)
-        if (t.name == "token_embd") {
-          draft_embed_.rows = t.shape[0];
-          draft_embed_.cols = t.shape[1];
-          if (ops.weight_form() == WeightForm::Native) draft_embed_.native = source_->native(t);
-          if (!draft_embed_.native) draft_embed_.w = source_->read_f32(t);
-          ops.adopt_weight(draft_embed_);
+    Ops* dops = &last.ops();
+    if (!opts.draft_device.empty()) {  // --draft-device: a backend of a shard, or one of its own
+      dops = nullptr;
+      for (auto& [name, o] : ops_)
+        if (name == opts.draft_device) dops = o.get();
+      if (!dops) {  // (not in ops_: no shard runs there, so no pipeline stage or lock for it)
+        try {
+          draft_ops_ = make_ops(opts.draft_device, *pool_, opts.numerics);
+        } catch (const std::exception& e) {
+          fail("--draft-device: ", e.what());
         }
+        dops = draft_ops_.get();
+      }
+    }
+    Ops& ops = *dops;
+    // The embedding and the head the drafter shares with the model, on its backend.
+    auto copy_global = [&](const char* name, Mat& m) {
+      for (const TensorSpec& t : global_tensor_specs(config_))
+        if (t.name == name) {
+          m.rows = t.shape[0];
+          m.cols = t.shape[1];
+          if (ops.weight_form() == WeightForm::Native) m.native = source_->native(t);
+          if (!m.native) m.w = source_->read_f32(t);
+          ops.adopt_weight(m);
+          return;
+        }
+      fail("internal: no global tensor ", name);
+    };
+    const Mat* embed = &shards_.front()->embedding();
+    if (&shards_.front()->ops() != &ops) {
+      copy_global("token_embd", draft_embed_);
       embed = &draft_embed_;
+    }
+    const Mat* head = &last.head();
+    if (&last.ops() != &ops) {
+      copy_global("output", draft_head_);
+      head = &draft_head_;
     }
     const ModelSource& dsrc = draft_source_ ? *draft_source_ : *source_;
     auto adopt = [&ops](Mat& m) { ops.adopt_weight(m); };
@@ -205,7 +238,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     if (want_dspark) {
       dc.dspark = dsrc.config().dspark;
       dspark_ = std::make_unique<DsparkDrafter>(dc, load_dspark_weights(dsrc, ops.weight_form(), adopt), ops, *embed,
-                                                last.head(), opts.numerics);
+                                                *head, opts.numerics);
     } else {
       StatePoolOptions po;
       po.slots = opts.max_seqs;
@@ -214,7 +247,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
       po.packed = opts.numerics == Numerics::Model;
       dc.mtp_ratio = dsrc.config().mtp_ratio;  // the drafter's own schedule entry
       drafter_ = std::make_unique<MtpDrafter>(dc, load_mtp_weights(dsrc, ops.weight_form(), adopt), ops, *embed,
-                                              last.head(), opts.numerics, mtp_pool_options(dc, po));
+                                              *head, opts.numerics, mtp_pool_options(dc, po));
     }
   }
   // What decides the state's bits: the weights, the numerics and row forms, the expert count,

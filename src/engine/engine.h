@@ -58,8 +58,12 @@ struct EngineOptions {
   // The speculative-decoding drafter (engine/mtp.h, engine/dspark.h): "off", "mtp" (the model's
   // MTP block; an error when it has none or it does not fit the model), "dspark" (its DSpark
   // drafter, the same), "auto" (dspark when the model has one, else mtp when it has that).
-  // It runs on the last shard's backend.
+  // It runs on the last shard's backend, or on draft_device.
   std::string draft = "off";
+  // Where the drafter runs (cpu or cuda:N; --draft-device); empty: the last shard's device. Its
+  // inputs (hidden states, taps) come through host memory, so any device will do; the embedding
+  // and the output head it shares with the model are copied there when no shard on it has them.
+  std::string draft_device;
   // A drafter file apart from the model (an MTP-only GGUF: antirez's, llama.cpp's); empty: the
   // model's own MTP block. Checked against the model (open_gguf_drafter).
   std::string draft_model;
@@ -250,7 +254,9 @@ class Engine {
   void write_logits(Micro& mb);
   PipelineRunner& runner();
   std::unique_ptr<ModelSource> draft_source_;  // EngineOptions::draft_model
+  std::unique_ptr<Ops> draft_ops_;  // EngineOptions::draft_device where no shard is (before what it holds)
   Mat draft_embed_;  // the drafter's copy of the embedding when shard 0 is on another backend
+  Mat draft_head_;   // ... of the output head when the last shard is
   std::unique_ptr<MtpDrafter> drafter_;
   std::unique_ptr<DsparkDrafter> dspark_;
   std::unique_ptr<PipelineRunner> runner_;  // last: its threads stop before anything they use goes
