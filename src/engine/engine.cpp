@@ -270,10 +270,14 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
 
 // Which shard boundaries hand the HC state over device to device (EngineOptions::peer_access).
 void Engine::setup_handoffs(const std::string& mode) {
-  send_.assign(shards_.size(), false);
+  handoffs_.clear();
   for (size_t s = 0; s + 1 < shards_.size(); ++s) {
-    const int a = shards_[s]->ops().device_index(), b = shards_[s + 1]->ops().device_index();
-    if (a < 0 || b < 0 || a == b || mode == "off") continue;
+    Ops &from = shards_[s]->ops(), &to = shards_[s + 1]->ops();
+    const int a = from.device_index(), b = to.device_index();
+    if (a < 0 || b < 0 || a == b || mode == "off") {
+      handoffs_.push_back(make_handoff(from, to, false));
+      continue;
+    }
 #ifdef HS_HAVE_CUDA
     if (mode == "on")
       HS_CHECK(cuda::can_access_peer(a, b) && cuda::can_access_peer(b, a), "--peer-access on: cuda:", a,
@@ -283,7 +287,7 @@ void Engine::setup_handoffs(const std::string& mode) {
     cuda::enable_peer_access(a, b);
     cuda::enable_peer_access(b, a);
 #endif
-    send_[s] = true;
+    handoffs_.push_back(make_handoff(from, to, true));
   }
 }
 
@@ -429,8 +433,7 @@ struct Engine::Micro {
   int64_t rows = 0;
   int64_t pad = 0;             // padding rows after the items' (a decode step rounded up for a graph)
   std::vector<HcState> X;      // per shard: the state on its backend (one buffer while the backend stays)
-  std::vector<float> staging;  // host copy between shards on different backends
-  std::vector<void*> handoff;  // per shard: the token of the state sent to it (Ops::send_to)
+  std::vector<HandoffFlight> flights;  // per boundary: the state on its way (ShardHandoff)
 };
 
 void Engine::check_items(std::span<const StepItem> items) const {
@@ -472,7 +475,7 @@ void Engine::check_items(std::span<const StepItem> items) const {
 void Engine::prepare(Micro& mb, HcState X0) {
   const int64_t per = config_.hc_mult * config_.dim;
   mb.X.clear();
-  mb.handoff.assign(shards_.size(), nullptr);
+  mb.flights.assign(shards_.empty() ? 0 : shards_.size() - 1, HandoffFlight{});
   for (const auto& sh : shards_) {
     Ops& o = sh->ops();
     if (mb.X.empty() && X0.data) mb.X.push_back(X0);
@@ -498,9 +501,8 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
     for (const StepItem& it : mb.items) tokens.insert(tokens.end(), it.tokens, it.tokens + it.n);
     tokens.resize(static_cast<size_t>(mb.rows + mb.pad), 0);  // padding rows: token 0
     sh.embed(tokens.data(), mb.rows + mb.pad, X.data);
-  } else if (s > 0 && X.backend != mb.X[s - 1].backend) {
-    if (void* token = std::exchange(mb.handoff[s], nullptr)) ops.accept(token);
-    else ops.upload(X.data, mb.staging.data(), count);
+  } else if (s > 0) {
+    handoffs_[s - 1]->receive(X.data, count, mb.flights[s - 1]);
   }
   std::vector<SeqRows> seqs;
   for (const StepItem& it : mb.items) seqs.push_back({it.seq->shards[s].get(), it.tokens, it.n});
@@ -532,14 +534,7 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
       row += it.n;
     }
   }
-  if (s + 1 < shards_.size() && mb.X[s + 1].backend != X.backend) {
-    Ops& next = shards_[s + 1]->ops();
-    if (send_[s]) mb.handoff[s + 1] = ops.send_to(next, mb.X[s + 1].data, X.data, count);
-    if (!mb.handoff[s + 1]) {
-      mb.staging.resize(static_cast<size_t>(count));
-      ops.download(mb.staging.data(), X.data, count);
-    }
-  }
+  if (s + 1 < shards_.size()) handoffs_[s]->send(X.data, mb.X[s + 1].data, count, mb.flights[s]);
   if (s + 1 == shards_.size() && logits) write_logits(mb);
   if (stage_timing_) {
     ops.synchronize();
@@ -641,7 +636,7 @@ HcState Engine::forward_shards(Sequence& seq, const int32_t* tokens, int64_t n, 
   HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
            shards_.size(), " shards");
   const StepItem item{&seq, tokens, n, nullptr, false};
-  Micro mb{{&item, 1}, n, 0, {}, {}, {}};
+  Micro mb{{&item, 1}, n, 0, {}, {}};
   prepare(mb, X);  // (the first shard checks the state it is given)
   for (size_t s = 0; s < shards_.size(); ++s) run_stage(s, mb, false, false);
   return mb.X.back();
@@ -685,7 +680,7 @@ void Engine::step_batch(std::span<const StepItem> items) {
     const size_t groups_after = M - mbs.size() - 1, items_after = items.size() - i - 1;
     const bool share_reached = done * static_cast<int64_t>(M) >= total * static_cast<int64_t>(mbs.size() + 1);
     if (items_after == 0 || (groups_after > 0 && (items_after == groups_after || share_reached))) {
-      Micro mb{items.subspan(begin, i + 1 - begin), 0, 0, {}, {}, {}};
+      Micro mb{items.subspan(begin, i + 1 - begin), 0, 0, {}, {}};
       bool decode = true;
       for (const StepItem& it : mb.items) {
         mb.rows += it.n;

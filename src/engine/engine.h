@@ -10,6 +10,7 @@
 #include "engine/cpu_ops.h"
 #include "engine/dspark.h"
 #include "engine/shard.h"
+#include "engine/shard_handoff.h"
 #include "model/source.h"
 #include "util/thread_pool.h"
 
@@ -240,7 +241,7 @@ class Engine {
   std::vector<std::unique_ptr<std::mutex>> ops_locks_;  // per ops_ entry: shards sharing a backend take turns
   int shard_offset_ = 0;        // index in the split of shards_[0] (EngineOptions::only_shard)
   int micro_batches_ = 1;       // EngineOptions::pipeline_micro_batches, resolved
-  std::vector<bool> send_;      // per shard s: hand the state to shard s + 1 by Ops::send_to
+  std::vector<std::unique_ptr<ShardHandoff>> handoffs_;  // per boundary s: shard s to shard s + 1
   bool stage_timing_ = false;
   std::vector<double> stage_seconds_;
   std::string state_key_;
