@@ -19,6 +19,7 @@
 
 #include "engine/distributed.h"
 #include "engine/distributed_control.h"
+#include "error_util.h"
 #include "fixture_util.h"
 #include "format/npy.h"
 #include "util/error.h"
@@ -42,19 +43,6 @@ std::string data(const std::string& name) {
   const char* e = std::getenv("HS_TEST_DATA");
   return std::string(e ? e : HS_TEST_DATA) + "/" + name;
 }
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_ERROR(stmt, needle) \
-  EXPECT_NE(error_of([&] { stmt; }).find(needle), std::string::npos) << error_of([&] { stmt; })
 
 // ---- control messages
 
@@ -88,9 +76,9 @@ TEST(Control, VersionMismatchAndGarbageRejected) {
   m.op = Op::Reset;
   m.seq_id = 9;
   std::vector<uint8_t> b = encode(m);
-  std::vector<uint8_t> v2 = b;
-  v2[4] = 2;  // the version field
-  EXPECT_ERROR(decode(v2.data(), v2.size()), "control protocol version 2 from the peer, this build speaks version 1");
+  std::vector<uint8_t> v1 = b;
+  v1[4] = 1;  // the version field: a build before step plans
+  EXPECT_ERROR(decode(v1.data(), v1.size()), "control protocol version 1 from the peer, this build speaks version 2");
   std::vector<uint8_t> magic = b;
   magic[0] = 'X';
   EXPECT_ERROR(decode(magic.data(), magic.size()), "bad magic");

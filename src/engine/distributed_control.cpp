@@ -1,4 +1,5 @@
 #include "engine/distributed_control.h"
+#include "engine/distributed_wire.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -21,39 +22,10 @@ namespace {
 
 constexpr uint8_t kMagic[4] = {'H', 'S', 'P', 'L'};
 
-void put16(std::vector<uint8_t>& b, uint16_t v) {
-  for (int i = 0; i < 2; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put32(std::vector<uint8_t>& b, uint32_t v) {
-  for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-void put64(std::vector<uint8_t>& b, uint64_t v) {
-  for (int i = 0; i < 8; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-uint64_t get(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
-
-// Reads fields of a payload in order, failing on truncation.
-struct Reader {
-  const std::string& s;
-  size_t at = 0;
-  uint64_t num(int bytes) {
-    HS_CHECK(at + static_cast<size_t>(bytes) <= s.size(), "control message: truncated hello payload");
-    const uint64_t v = get(reinterpret_cast<const uint8_t*>(s.data()) + at, bytes);
-    at += static_cast<size_t>(bytes);
-    return v;
-  }
-  std::string str() {
-    const size_t n = num(4);
-    HS_CHECK(at + n <= s.size(), "control message: truncated hello payload");
-    std::string out = s.substr(at, n);
-    at += n;
-    return out;
-  }
-};
+void put16(std::vector<uint8_t>& b, uint16_t v) { wire::put(b, v, 2); }
+void put32(std::vector<uint8_t>& b, uint32_t v) { wire::put(b, v, 4); }
+void put64(std::vector<uint8_t>& b, uint64_t v) { wire::put(b, v, 8); }
+using wire::get;
 
 std::string sys_error() { return std::strerror(errno); }
 
@@ -85,6 +57,7 @@ const char* op_name(Op op) {
     case Op::Release: return "release";
     case Op::Shutdown: return "shutdown";
     case Op::Error: return "error";
+    case Op::StepPlan: return "step_plan";
   }
   return "?";
 }
@@ -118,7 +91,7 @@ Header decode_header(const uint8_t* p) {
   HS_CHECK(h.version == kProtocolVersion, "control protocol version ", h.version, " from the peer, this build speaks "
            "version ", kProtocolVersion, " (run the same hyperstream build on every rank)");
   const uint16_t op = static_cast<uint16_t>(get(p + 6, 2));
-  HS_CHECK(op >= static_cast<uint16_t>(Op::Hello) && op <= static_cast<uint16_t>(Op::Error),
+  HS_CHECK(op >= static_cast<uint16_t>(Op::Hello) && op <= static_cast<uint16_t>(Op::StepPlan),
            "control message: unknown op ", op);
   h.op = static_cast<Op>(op);
   h.flags = static_cast<uint32_t>(get(p + 8, 4));
@@ -169,7 +142,7 @@ std::string encode_hello(const Hello& h) {
 }
 
 Hello decode_hello(const std::string& payload) {
-  Reader r{payload};
+  wire::Reader r{payload, "hello"};
   Hello h;
   h.rank = static_cast<int32_t>(r.num(4));
   h.world = static_cast<int32_t>(r.num(4));
@@ -177,7 +150,7 @@ Hello decode_hello(const std::string& payload) {
   h.device = r.str();
   h.host = r.str();
   h.description = r.str();
-  HS_CHECK(r.at == payload.size(), "control message: ", payload.size() - r.at, " stray bytes after the hello");
+  r.done();
   return h;
 }
 

@@ -6,7 +6,7 @@
 // Wire format, little-endian: a 40-byte header
 //   magic "HSPL" | u16 version | u16 op | u32 flags | i64 seq_id | i64 n_tokens | i64 position |
 //   u32 payload bytes
-// then the payload: n_tokens int32 token ids for Step, bytes for Hello / Welcome / Error.
+// then the payload: n_tokens int32 token ids for Step, bytes for Hello / Welcome / Error / StepPlan.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,7 +17,8 @@
 
 namespace hs::dist {
 
-inline constexpr uint16_t kProtocolVersion = 1;
+// 2: Op::StepPlan (engine/distributed_plan.h).
+inline constexpr uint16_t kProtocolVersion = 2;
 inline constexpr size_t kHeaderBytes = 40;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 
@@ -32,6 +33,7 @@ enum class Op : uint16_t {
   Release = 8,      // 0 -> rank: drop a sequence's state
   Shutdown = 9,     // 0 -> rank: finish and exit 0
   Error = 10,       // either way: the sender failed (payload: the message); the receiver stops
+  StepPlan = 11,    // 0 -> rank: one engine step over many sequences (payload: encode_step_plan)
 };
 const char* op_name(Op op);
 
