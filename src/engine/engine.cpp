@@ -35,20 +35,24 @@ int gpu_count() {
 #endif
 }
 
+int parse_device(const std::string& device) {
+  if (device == "cpu") return -1;
+  HS_CHECK(device.rfind("cuda:", 0) == 0, "unknown device '", device, "' (expected cpu or cuda:N)");
+  const std::string id = device.substr(5);
+  HS_CHECK(!id.empty() && id.size() < 7 && id.find_first_not_of("0123456789") == std::string::npos, "device '",
+           device, "': expected cuda:N");
+  return std::stoi(id);
+}
+
 std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics) {
-  if (device == "cpu") return std::make_unique<CpuOps>(pool);
-  if (device.rfind("cuda:", 0) == 0) {
-    const std::string id = device.substr(5);
-    HS_CHECK(!id.empty() && id.find_first_not_of("0123456789") == std::string::npos, "device '", device,
-             "': expected cuda:N");
+  const int id = parse_device(device);
+  if (id < 0) return std::make_unique<CpuOps>(pool);
 #ifdef HS_HAVE_CUDA
-    return make_cuda_ops(std::stoi(id), numerics);
+  return make_cuda_ops(id, numerics);
 #else
-    (void)numerics;
-    fail("device '", device, "': this build has no CUDA backend (configure with -DHS_CUDA=ON on a machine with nvcc)");
+  (void)numerics;
+  fail("device '", device, "': this build has no CUDA backend (configure with -DHS_CUDA=ON on a machine with nvcc)");
 #endif
-  }
-  fail("unknown device '", device, "' (expected cpu or cuda:N)");
 }
 
 // Pins the calling thread to a device (a pipeline worker, once): the CUDA backend pins its
@@ -112,11 +116,13 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
            ") needs --draft mtp, dspark or auto");
   if (!opts.draft_model.empty()) draft_source_ = open_gguf_drafter(opts.draft_model, config_);
   if (!opts.draft_device.empty()) {  // refused before any weight is loaded
-    const std::string& d = opts.draft_device;
-    const bool cuda = d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.size() < 12 &&
-                      d.find_first_not_of("0123456789", 5) == std::string::npos;
-    HS_CHECK(d == "cpu" || cuda, "--draft-device: unknown device '", d, "' (expected cpu or cuda:N)");
-    HS_CHECK(!cuda || std::stoll(d.substr(5)) < gpu_count(), "--draft-device ", d, ": this machine has ", gpu_count(),
+    int id = -1;
+    try {
+      id = parse_device(opts.draft_device);
+    } catch (const Error& e) {
+      fail("--draft-device: ", e.what());
+    }
+    HS_CHECK(id < gpu_count(), "--draft-device ", opts.draft_device, ": this machine has ", gpu_count(),
              " usable CUDA device(s)");
     HS_CHECK(draft != "off", "--draft-device needs --draft mtp, dspark or auto");
   }
@@ -511,8 +517,8 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
   const std::vector<int>* tl = nullptr;
   for (const StepItem& it : mb.items)
     if (it.taps) tl = &dspark_->dspark().target_layers;
-  if (tl && std::none_of(tl->begin(), tl->end(), [&](int l) { return l >= sh.layer_begin() && l < sh.layer_end(); }))
-    tl = nullptr;
+  auto holds = [&sh](int l) { return l >= sh.layer_begin() && l < sh.layer_end(); };
+  if (tl && std::none_of(tl->begin(), tl->end(), holds)) tl = nullptr;
   struct ClearTaps {
     Shard* sh;
     ~ClearTaps() {
@@ -529,7 +535,7 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
     for (const StepItem& it : mb.items) {
       for (int64_t r = 0; it.taps && r < it.n; ++r)
         for (int64_t t = 0; t < T; ++t)
-          if ((*tl)[t] >= sh.layer_begin() && (*tl)[t] < sh.layer_end())
+          if (holds((*tl)[t]))
             std::copy_n(host.data() + ((row + r) * T + t) * D, D, it.taps + (r * T + t) * D);
       row += it.n;
     }

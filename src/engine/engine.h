@@ -80,6 +80,8 @@ Numerics parse_numerics(const std::string& s);
 int gpu_count();
 
 // The backend for a device name ("cpu", "cuda:N"); errors name the device.
+// "cpu" -> -1, "cuda:N" -> N; anything else throws naming the device.
+int parse_device(const std::string& device);
 std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics);
 #ifdef HS_HAVE_CUDA
 std::unique_ptr<Ops> make_cuda_ops(int device, Numerics numerics);  // engine/cuda_ops.cpp

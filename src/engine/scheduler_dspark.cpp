@@ -64,11 +64,8 @@ void Scheduler::make_dspark_drafts(const std::vector<std::pair<Slot*, int>>& wan
     anchors.push_back(s->last);
   }
   if (slots.empty()) return;
-  // (A shadow probe needs its first draft only.)
-  std::vector<int> rows(ks);
-  for (size_t i = 0; i < slots.size(); ++i)
-    if (slots[i]->draft_len->probing()) rows[i] = 1;
-  const std::vector<DsparkBlock> blocks = d.draft_blocks(seqs, anchors, rows);
+  // Only the drafts asked for get logits (a shadow probe asks for one).
+  const std::vector<DsparkBlock> blocks = d.draft_blocks(seqs, anchors, ks);
   const int64_t V = engine_.config().vocab_size;
   std::vector<float> logits(static_cast<size_t>(V)), q;
   std::vector<int32_t> idx;
