@@ -10,7 +10,8 @@
 // round trip of h in between). MXFP4 runs on tensor cores with exactly dequantised bf16 weights
 // and the input split into three bf16 terms (f32-exact); the other types in f32.
 // Decode with GGUF blocks (the older scheme, moe_experts_decode.cuh): two f32 weight-streaming
-// kernels (matvec.cu's scheme). Gate/up: row groups
+// kernels (matvec.cu's scheme); IQ2_XXS gate/up (the q2 mix's) instead runs on tensor cores with
+// a Q8_0 shared expert in the same launch (moe_iq2_decode.cuh). Gate/up: row groups
 // per (token, slot); a warp owns R rows of the slot's expert in w1 and the same rows in w3 (2R
 // streams, a 16-byte chunk per lane per step, the next step in flight; x in shared memory,
 // swizzled); split-K partials are combined in a fixed order and h = weight * swiglu_clamp(g, u)
@@ -37,6 +38,7 @@
 #include "kernels/cuda/moe_experts_common.cuh"
 #include "kernels/cuda/moe_experts_decode.cuh"
 #include "kernels/cuda/moe_fast_decode.cuh"
+#include "kernels/cuda/moe_iq2_decode.cuh"
 
 namespace hs::cuda {
 
@@ -604,11 +606,26 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   int* perm = reinterpret_cast<int*>(ws + L.perm);
   int* pos = reinterpret_cast<int*>(ws + L.pos);
   DecArgs ra{};
+  bool shared_gate_up_done = false;  // the shared expert's h came with the routed gate/up launch
   if (decode) {
     set_weights(ra, w1, w3);
     ra.x = x, ra.idx = idx, ra.weight = weight, ra.out = h, ra.rows = I, ra.L = D, ra.k = k, ra.E = E, ra.limit = limit;
     ra.idx_sorted = model ? perm : nullptr;
-    with_src(w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, ra, nk); });
+    if (iq2_gate_up_ok(ctx, w1, D)) {  // moe_iq2_decode.cuh: tensor cores, a Q8_0 shared expert in the launch
+      FastArgs fa{};
+      fa.wa[0] = ra.wa, fa.wb[0] = ra.wb, fa.x = x, fa.idx = idx, fa.weight = weight, fa.out = h;
+      fa.idx_sorted = ra.idx_sorted, fa.rows = I, fa.K = D, fa.k = k, fa.E = E, fa.limit = limit;
+      if (shared && shared->w1.type == WType::Q8_0) {
+        auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
+        fa.wa[1] = u8(shared->w1.data), fa.wb[1] = u8(shared->w3.data);
+        fa.sa[1] = u8(shared->w1.scales), fa.sb[1] = u8(shared->w3.scales);
+        shared_gate_up_done = true;
+      }
+      iq2_gate_up(ctx, fa, static_cast<int>(nk), shared_gate_up_done ? static_cast<int>(n) : 0, ra.wa_end,
+                  ra.wb_end);
+    } else {
+      with_src(w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, ra, nk); });
+    }
   } else {
     const int64_t mi = max_items(nk, E);
     int4* items = reinterpret_cast<int4*>(ws + L.items);
@@ -629,11 +646,12 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   // The shared expert's h (no routing weight), next to the routed rows.
   const bool sh_dec = shared && decode;
   DecArgs sa{};
-  if (sh_dec) {
+  sa.k = 1, sa.E = 1, sa.limit = limit;
+  if (sh_dec && !shared_gate_up_done) {
     set_weights(sa, shared->w1, shared->w3);
-    sa.x = x, sa.out = hs, sa.rows = I, sa.L = D, sa.k = 1, sa.E = 1, sa.limit = limit;
+    sa.x = x, sa.out = hs, sa.rows = I, sa.L = D;
     with_src(shared->w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, sa, n); });
-  } else if (shared) {
+  } else if (shared && !sh_dec) {
     matmul(ctx, shared->w1, x, n, fws(L.gs), mode);
     matmul(ctx, shared->w3, x, n, fws(L.us), mode);
     swiglu_clamp(ctx, fws(L.gs), fws(L.us), n * I, limit, hs);

@@ -225,9 +225,65 @@ __device__ __forceinline__ void fast_body(const FastArgs& a, const uint8_t* wa, 
   }
 }
 
-// grid (row blocks, slots): the first a.nsh slots of the launch are the shared expert's (token
-// y), the rest routed slots a.q0 + y - a.nsh (gate/up: token q / k, rank among its slots; down:
-// segment q). MA: the routed math, MB: the shared expert's.
+// Slot y of a launch: the first a.nsh are the shared expert's (token y), the rest routed slots
+// a.q0 + y - a.nsh (gate/up: token q / k, rank among its slots; down: segment q).
+struct FastSlot {
+  bool sh;
+  int q, t;
+};
+template <bool GU>
+__device__ __forceinline__ FastSlot fast_slot(const FastArgs& a) {
+  const int y = static_cast<int>(blockIdx.y);
+  const bool sh = y < a.nsh;
+  const int q = sh ? a.nk + y : a.q0 + y - a.nsh;
+  return {sh, q, sh ? y : GU ? q / a.k : q};
+}
+
+// Thread 0: the slot's expert, rank and routing weight (the shared expert: 0, 0, 1); gate/up
+// also lists the token's experts in ascending order.
+template <bool GU>
+__device__ __forceinline__ void fast_slot_meta(const FastArgs& a, const FastSlot& s, int* s_e, int* s_rank,
+                                               float* s_w) {
+  int e = 0, rank = 0;
+  float w = 1.0f;
+  if (!s.sh) {
+    e = clamp_e(a.idx[s.q], a.E);
+    if (GU) {
+      rank = slot_rank(a.idx + static_cast<int64_t>(s.t) * a.k, a.k, s.q % a.k, a.E);
+      w = a.weight[s.q];
+      if (blockIdx.x == 0 && a.idx_sorted) a.idx_sorted[s.t * a.k + rank] = e;
+    }
+  }
+  *s_e = e, *s_rank = rank, *s_w = w;
+}
+
+// After a barrier: the K-split partials of each row (red, fast_body's layout) in split order,
+// then gate/up's h = w * swiglu_clamp(g, u) by rank (the shared expert's at a.nk + t) or down's
+// segment row.
+template <bool GU>
+__device__ __forceinline__ void fast_epilogue(const FastArgs& a, const float* red, int64_t row0, const FastSlot& s,
+                                              int rank, float w) {
+  constexpr int span = GU ? 16 : 32;
+  for (int i = threadIdx.x; i < a.TR * span; i += blockDim.x) {
+    const int64_t row = row0 + i;
+    if (row >= a.rows) break;
+    const int tr = i / span, r = i % span;
+    float va = 0.f, vb = 0.f;
+    for (int ks = 0; ks < a.KS; ++ks) {
+      const float* p = red + (ks * a.TR + tr) * 32;
+      va += p[r];
+      if constexpr (GU) vb += p[16 + r];
+    }
+    if constexpr (GU) {
+      const int64_t orow = s.sh ? s.q : static_cast<int64_t>(s.t) * a.k + rank;
+      a.out[orow * a.rows + row] = w * swiglu(va, vb, a.limit);
+    } else {
+      a.out[static_cast<int64_t>(s.q) * a.rows + row] = va;
+    }
+  }
+}
+
+// grid (row blocks, slots: fast_slot). MA: the routed math, MB: the shared expert's.
 template <class MA, class MB, bool GU>
 __global__ void __launch_bounds__(kThreads, 2) fast_kernel(FastArgs a) {
   extern __shared__ uint4 smem4[];
@@ -235,54 +291,23 @@ __global__ void __launch_bounds__(kThreads, 2) fast_kernel(FastArgs a) {
   __shared__ float red[kWarps * 32];
   __shared__ int s_rank, s_e;
   __shared__ float s_w;
-  const int y = static_cast<int>(blockIdx.y);
-  const bool sh = y < a.nsh;
-  const int q = sh ? a.nk + y : a.q0 + y - a.nsh, t = sh ? y : q / a.k;
-  if (threadIdx.x == 0) {
-    int e = 0, rank = 0;
-    float w = 1.0f;
-    if (!sh) {
-      e = clamp_e(a.idx[q], a.E);
-      if (GU) {
-        rank = slot_rank(a.idx + static_cast<int64_t>(t) * a.k, a.k, q % a.k, a.E);
-        w = a.weight[q];
-        if (blockIdx.x == 0 && a.idx_sorted) a.idx_sorted[t * a.k + rank] = e;
-      }
-    }
-    s_e = e, s_rank = rank, s_w = w;
-  }
+  const FastSlot sl = fast_slot<GU>(a);
+  if (threadIdx.x == 0) fast_slot_meta<GU>(a, sl, &s_e, &s_rank, &s_w);
   __syncthreads();
   constexpr int span = GU ? 16 : 32;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * span;
-  const float* xrow = a.x + static_cast<int64_t>(GU ? t : q) * a.K;
+  const float* xrow = a.x + static_cast<int64_t>(GU ? sl.t : sl.q) * a.K;
   const int64_t e_row0 = static_cast<int64_t>(s_e) * a.rows;
   if constexpr (std::is_same_v<MA, MB>) {
-    const int i = sh ? 1 : 0;
+    const int i = sl.sh ? 1 : 0;
     fast_body<MA, GU>(a, a.wa[i], a.wb[i], a.sa[i], a.sb[i], e_row0, xrow, row0, smem, red);
-  } else if (sh) {
+  } else if (sl.sh) {
     fast_body<MB, GU>(a, a.wa[1], a.wb[1], a.sa[1], a.sb[1], e_row0, xrow, row0, smem, red);
   } else {
     fast_body<MA, GU>(a, a.wa[0], a.wb[0], a.sa[0], a.sb[0], e_row0, xrow, row0, smem, red);
   }
   __syncthreads();
-  // The K-split partials of each row in split order, then the epilogue.
-  for (int i = threadIdx.x; i < a.TR * span; i += blockDim.x) {
-    const int64_t row = row0 + i;
-    if (row >= a.rows) break;
-    const int tr = i / span, r = i % span;
-    float va = 0.f, vb = 0.f;
-    for (int ks = 0; ks < a.KS; ++ks) {
-      const float* w = red + (ks * a.TR + tr) * 32;
-      va += w[r];
-      if constexpr (GU) vb += w[16 + r];
-    }
-    if constexpr (GU) {
-      const int64_t orow = sh ? q : static_cast<int64_t>(t) * a.k + s_rank;
-      a.out[orow * a.rows + row] = s_w * swiglu(va, vb, a.limit);
-    } else {
-      a.out[static_cast<int64_t>(q) * a.rows + row] = va;
-    }
-  }
+  fast_epilogue<GU>(a, red, row0, sl, s_rank, s_w);
 }
 
 // y[t, :] = the token's k routed segments d[t*k + r] in rank order (ascending expert id), then

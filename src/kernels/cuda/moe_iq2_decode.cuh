@@ -1,0 +1,258 @@
+// The decode (n <= 8) gate/up projection of IQ2_XXS routed experts on tensor cores. Included by
+// moe_experts.cu only; it replaces the staged f32 kernel (moe_experts_decode.cuh) for this one
+// projection, the rest of the decode path is unchanged.
+//
+// Why: the f32 decode spends about 11 instructions per weight on an IQ2_XXS expert (ncu on the
+// H200, 8L q2: 34.4M instructions for 26 MB of gate/up weights, issue-bound at 72 % of cycles,
+// DRAM at 8 %). Here the weights never become f32: a grid entry's 8 magnitudes (8, 25, 43) are
+// exact bf16, each pair one byte permute from a 7-byte palette of signed bf16 bytes: its
+// selectors are an 8-byte grid-table entry plus an 8-byte sign-table entry (the sign moves an
+// element's high-byte selector to the negative copy), and mma.sync
+// m16n8k16 multiplies them by x split into three bf16 terms x = t0 + t1 + t2 (24 significant
+// bits, the MXFP4 path's exactness: one term per B column). The unit scale db = d (0.5 + ls) / 4,
+// computed as the CPU does, multiplies each unit's f32 sum; only that reassociation separates the
+// result from the CPU's dequantise-then-dot order.
+//
+// Geometry: a block of 8 warps = TR row spans x KS K-splits. A warp owns 16 rows of w1 and the
+// same 16 of w3 and walks its share of K one 256-element block at a time: a step copies the 32
+// rows' block bytes (the 16-byte-aligned 80 bytes around each 66-byte block) into a ring slot by
+// cp.async, kDepth - 1 steps ahead of the one it decodes. Lane (g, c) takes group c (elements
+// 8c..8c+7) of every unit of rows g and g + 8; mma m of a unit takes the group's elements 4m,
+// 4m+1 (k = 2c, 2c+1) and 4m+2, 4m+3 (k = 2c+8, 2c+9), and the B terms are staged in that order.
+#pragma once
+
+#include "kernels/cuda/moe_fast_decode.cuh"
+
+namespace hs::cuda {
+
+using namespace detail;
+
+namespace {
+
+constexpr int kIq2Row = 80;              // staged bytes per row and step
+constexpr int kIq2Slot = 32 * kIq2Row;   // one step of a warp's 32 rows
+constexpr int kIq2Depth = 3;             // ring slots per warp
+constexpr int kIq2Tables = 2048 + 1024;  // permute selectors: grid entries (256 x 8 B), signs (128 x 8 B)
+
+// Dynamic shared memory: [tables][B terms: K/32 units x 192 B][ring][16 B over-read pad].
+size_t iq2_smem(int64_t K) {
+  return kIq2Tables + static_cast<size_t>(K / 32) * 192 + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
+}
+
+// The IQ2_XXS grid's magnitudes 8, 25, 43 (codes 0..2) and their bf16 bits 0x4100, 0x41C8,
+// 0x422C: three low bytes and two high bytes, so the palette holds the high bytes' negatives too.
+// Palette bytes: 0..2 the low bytes by code, 3 = 0x41, 4 = 0x42, 5 = 0xC1, 6 = 0xC2; an element's
+// selector byte is (low byte, high byte) = (code, 3 + (code == 2) + 2 * sign).
+__host__ __device__ constexpr uint32_t iq2_mag(int m) { return m == 0 ? 8u : m == 1 ? 25u : 43u; }
+__host__ __device__ constexpr uint32_t bf16_bits_small(uint32_t n) {  // 0 < n < 256: exact
+  int e = 0;
+  while ((n >> (e + 1)) != 0) ++e;
+  return static_cast<uint32_t>(127 + e) << 7 | ((n << (7 - e)) & 0x7Fu);
+}
+__host__ __device__ constexpr uint32_t iq2_pal(int hi) {  // hi = 0: palette bytes 0..3, 1: 4..7
+  return hi ? (bf16_bits_small(iq2_mag(2)) >> 8) | ((bf16_bits_small(iq2_mag(0)) >> 8) | 0x80u) << 8 |
+                  ((bf16_bits_small(iq2_mag(2)) >> 8) | 0x80u) << 16
+            : (bf16_bits_small(iq2_mag(0)) & 255u) | (bf16_bits_small(iq2_mag(1)) & 255u) << 8 |
+                  (bf16_bits_small(iq2_mag(2)) & 255u) << 16 | (bf16_bits_small(iq2_mag(0)) >> 8) << 24;
+}
+static_assert(bf16_bits_small(8) == 0x4100 && bf16_bits_small(25) == 0x41C8 && bf16_bits_small(43) == 0x422C &&
+                  bf16_bits_small(iq2_mag(0)) >> 8 == bf16_bits_small(iq2_mag(1)) >> 8 &&
+                  bf16_bits_small(iq2_mag(2)) >> 8 == (bf16_bits_small(iq2_mag(0)) >> 8) + 1,
+              "IQ2_XXS palette: two high bytes");
+constexpr bool iq2_grid_in_palette() {
+  for (uint64_t e : qtab::kIq2xxsGrid)
+    for (int j = 0; j < 8; ++j) {
+      const uint64_t b = (e >> (8 * j)) & 255u;
+      if (b != iq2_mag(0) && b != iq2_mag(1) && b != iq2_mag(2)) return false;
+    }
+  return true;
+}
+static_assert(iq2_grid_in_palette(), "IQ2_XXS grid bytes outside the bf16 palette");
+
+// B terms of x [K] in the order above: unit U, mma m, term t, lane c -> uint2 (b0, b1) at
+// ((U * 2 + m) * 3 + t) * 4 + c; b0 holds elements 8c+4m, 8c+4m+1 of the unit, b1 the next two.
+__device__ __forceinline__ void stage_iq2_terms(uint2* bs, const float* x, int64_t K) {
+  const int64_t n = K / 4;  // one float4 per (U, m, c): i = (U * 2 + m) * 4 + c
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * static_cast<int64_t>(blockDim.x)) {
+    float4 v4[4];
+    HS_UNROLL for (int u = 0; u < 4; ++u) {  // 4 loads in flight
+      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+      v4[u] = i < n ? *reinterpret_cast<const float4*>(x + 32 * (i >> 3) + 8 * (i & 3) + 4 * ((i >> 2) & 1))
+                    : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    HS_UNROLL for (int u = 0; u < 4; ++u) {
+      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
+      if (i >= n) break;
+      float v[4] = {v4[u].x, v4[u].y, v4[u].z, v4[u].w};
+      HS_UNROLL for (int t = 0; t < 3; ++t) {
+        uint32_t w[2];
+        HS_UNROLL for (int h = 0; h < 2; ++h) {
+          const __nv_bfloat16 lo = __float2bfloat16_rn(v[2 * h]), hi = __float2bfloat16_rn(v[2 * h + 1]);
+          v[2 * h] -= __bfloat162float(lo);  // exact: the rounding error of lo
+          v[2 * h + 1] -= __bfloat162float(hi);
+          const __nv_bfloat162 pr = __halves2bfloat162(lo, hi);
+          memcpy(&w[h], &pr, 4);
+        }
+        bs[((i >> 2) * 3 + t) * 4 + (i & 3)] = make_uint2(w[0], w[1]);
+      }
+    }
+  }
+}
+
+// One routed block's slice: every warp's partial sums of its rows into red (fast_body's layout).
+__device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_end, const uint8_t* wb_end,
+                                         uint8_t* smem, float* red, const int* se, int t) {
+  uint64_t* gtab = reinterpret_cast<uint64_t*>(smem);  // grid entry -> element j's selector byte j
+  uint64_t* stab = gtab + 256;                          // sign index -> what its signs add to it
+  uint2* bs = reinterpret_cast<uint2*>(smem + kIq2Tables);
+  uint8_t* ring = smem + kIq2Tables + a.K / 32 * 192;
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    const uint64_t e = c_iq2xxs_grid.v[i];
+    uint64_t sel = 0;
+    HS_UNROLL for (int j = 0; j < 8; ++j) {
+      const uint32_t b = static_cast<uint32_t>(e >> (8 * j)) & 255u;
+      const uint64_t code = b == iq2_mag(0) ? 0 : b == iq2_mag(1) ? 1 : 2;
+      sel |= (code | (3 + (code == 2)) << 4) << (8 * j);
+    }
+    gtab[i] = sel;
+    if (i < 128) {
+      const uint32_t sb = c_ksigns.v[i];
+      uint64_t add = 0;
+      HS_UNROLL for (int j = 0; j < 8; ++j) add |= static_cast<uint64_t>((sb >> j) & 1u) << (8 * j + 5);  // +2 high
+      stab[i] = add;
+    }
+  }
+  constexpr uint32_t pal_lo = iq2_pal(0), pal_hi = iq2_pal(1);
+  __syncthreads();  // the tables, *se (written by thread 0 before the call)
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const int tr = warp % a.TR, ks = warp / a.TR;
+  const int64_t K = a.K, nb = K / 256, rb = nb * 66;
+  const int64_t span0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16 + tr * 16;
+  const int64_t gpw = (nb + a.KS - 1) / a.KS, J0 = min64(nb, ks * gpw), J1 = min64(nb, J0 + gpw);
+  const int64_t e_row0 = static_cast<int64_t>(*se) * a.rows;
+  uint8_t* wring = ring + warp * kIq2Depth * kIq2Slot;
+  // Staged row j = 16 f + i: row span0 + i of w1 (f = 0) or of w3 (f = 1); rows past the end
+  // repeat the last one (computed, not stored).
+  auto row_base = [&](int j) {
+    const int64_t r = min64(span0 + (j & 15), a.rows - 1);
+    return (j >> 4 ? a.wb[0] : a.wa[0]) + (e_row0 + r) * rb;
+  };
+  auto issue = [&](int64_t b, int slot) {  // one cp.async group per step (empty past the end)
+    if (b < J1) {
+      uint8_t* st = wring + slot * kIq2Slot;
+      HS_UNROLL for (int i = 0; i < 5; ++i) {
+        const int qd = lane + 32 * i, j = qd / 5, part = qd - 5 * j;
+        const uintptr_t p = (reinterpret_cast<uintptr_t>(row_base(j) + 66 * b) & ~uintptr_t{15}) + 16 * part;
+        cp_async16(st + j * kIq2Row + 16 * part, reinterpret_cast<const uint8_t*>(p), j >> 4 ? wb_end : wa_end);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  HS_UNROLL for (int d = 0; d + 1 < kIq2Depth; ++d) issue(J0 + d, d);
+  stage_iq2_terms(bs, a.x + static_cast<int64_t>(t) * K, K);  // while the first steps load
+  __syncthreads();
+  const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
+  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
+  float acc[2][2] = {};
+  int slot = 0;
+  for (int64_t b = J0; b < J1; ++b) {
+    issue(b + kIq2Depth - 1, (slot + kIq2Depth - 1) % kIq2Depth);  // that slot was released last step
+    asm volatile("cp.async.wait_group %0;" ::"n"(kIq2Depth - 1) : "memory");
+    __syncwarp();  // every lane's bytes of step b are in
+    const uint32_t* st = reinterpret_cast<const uint32_t*>(wring + slot * kIq2Slot);
+    int off[2][2];
+    float d[2][2];
+    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+      off[f][h] = (16 * f + g + 8 * h) * kIq2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 66 * b) & 15);
+      d[f][h] = BlockIn{st, off[f][h]}.f16(0);
+    }
+    const uint2* bu = bs + b * 8 * 24 + g * 4 + c;  // unit 8b + u, mma m: + u * 24 + m * 12
+    HS_UNROLL for (int u = 0; u < 8; ++u) {
+      uint2 bm[2];
+      HS_UNROLL for (int m = 0; m < 2; ++m) bm[m] = g < 3 ? bu[u * 24 + m * 12] : make_uint2(0u, 0u);
+      HS_UNROLL for (int f = 0; f < 2; ++f) {
+        uint32_t A[2][4];
+        float db[2];
+        HS_UNROLL for (int h = 0; h < 2; ++h) {
+          uint32_t w[2];
+          BlockIn{st, off[f][h]}.words<2>(2 + 8 * u, w);  // 4 grid indices; 4 x 7 sign bits, the scale
+          // Selector nibbles stay below 8 after the sign's +2: the sum has no carries.
+          const uint64_t sel = gtab[(w[0] >> (8 * c)) & 255u] + stab[(w[1] >> (7 * c)) & 127u];
+          HS_UNROLL for (int p = 0; p < 4; ++p)
+            A[h][p] = __byte_perm(pal_lo, pal_hi, static_cast<uint32_t>(sel >> (16 * p)));  // elements 2p, 2p+1
+          // d (0.5 + ls) / 4 rounded once, as the CPU's (d (0.5 + ls)) / 4.
+          db[h] = d[f][h] * fmaf(uint_f(w[1] >> 28), 0.25f, 0.125f);
+        }
+        float cf[4] = {0.f, 0.f, 0.f, 0.f};
+        HS_UNROLL for (int m = 0; m < 2; ++m)
+          mma_bf16(cf, A[0][2 * m], A[1][2 * m], A[0][2 * m + 1], A[1][2 * m + 1], bm[m].x, bm[m].y);
+        acc[f][0] = fmaf(db[0], cf[0] + cf[1], acc[f][0]);
+        acc[f][1] = fmaf(db[1], cf[2] + cf[3], acc[f][1]);
+      }
+    }
+    __syncwarp();  // this slot is refilled next step
+    slot = slot + 1 == kIq2Depth ? 0 : slot + 1;
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  // Lane c = 0 holds columns t0, t1, lane c = 1 column t2 (its second column is zero).
+  float* wred = red + (ks * a.TR + tr) * 32;
+  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+    const float v = acc[f][h] + __shfl_xor_sync(kFullMask, acc[f][h], 1);
+    if (c == 0) wred[16 * f + g + 8 * h] = v;
+  }
+}
+
+// grid (row blocks, slots): the first a.nsh slots are the shared expert's (token y, Q8_0 planes,
+// moe_fast_decode.cuh's body), the rest routed slots y - a.nsh. h = weight * swiglu_clamp(g, u)
+// into a.out[(t * k + rank) * rows + row] (the shared expert's row: a.nk + t), the token's
+// experts in ascending order into a.idx_sorted.
+__global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, const uint8_t* wa_end,
+                                                                  const uint8_t* wb_end) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  __shared__ float red[kWarps * 32];
+  __shared__ int s_rank, s_e;
+  __shared__ float s_w;
+  const FastSlot sl = fast_slot<true>(a);
+  if (threadIdx.x == 0) fast_slot_meta<true>(a, sl, &s_e, &s_rank, &s_w);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16;
+  if (sl.sh) {
+    __syncthreads();
+    fast_body<FMath<WType::Q8_0, false>, true>(a, a.wa[1], a.wb[1], a.sa[1], a.sb[1], 0,
+                                                a.x + static_cast<int64_t>(sl.t) * a.K, row0, smem, red);
+  } else {
+    iq2_body(a, wa_end, wb_end, smem, red, &s_e, sl.t);
+  }
+  __syncthreads();
+  fast_epilogue<true>(a, red, row0, sl, s_rank, s_w);
+}
+
+// Whether the gate/up pair takes this kernel (IQ2_XXS blocks, whole 256-element rows, the
+// staging fits in shared memory).
+bool iq2_gate_up_ok(DeviceContext& ctx, const WeightView& w1, int64_t K) {
+  return w1.type == WType::GGML_BLOCK && w1.ggml == GgmlType::IQ2_XXS && K % 256 == 0 &&
+         iq2_smem(K) + 2048 <= ctx.props().sharedMemPerBlockOptin;
+}
+
+// nk routed slots and nsh shared-expert slots (their weights in a.wa[1], a.wb[1], a.sa[1],
+// a.sb[1]: Q8_0 planes): two row spans per block unless that leaves fewer than two blocks per
+// SM, the K-split then as deep as keeps every warp at two or more steps.
+void iq2_gate_up(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* wa_end, const uint8_t* wb_end) {
+  if (nk + nsh == 0) return;
+  const int64_t nb = a.K / 256;
+  a.TR = (a.rows + 31) / 32 * (nk + nsh) >= 2 * ctx.sm_count() ? 2 : 1;
+  a.KS = kWarps / a.TR;
+  while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
+  a.TR = kWarps / a.KS;
+  a.q0 = 0, a.nk = nk, a.nsh = nsh;
+  const size_t smem = iq2_smem(a.K);
+  const void* kern = reinterpret_cast<const void*>(iq2_gate_up_kernel);
+  ctx.ensure_dynamic_smem(kern, smem);
+  const int64_t span = 16 * a.TR;
+  const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh));
+  void* args[] = {&a, &wa_end, &wb_end};
+  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+}
+
+}  // namespace
+}  // namespace hs::cuda
