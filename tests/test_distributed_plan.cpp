@@ -1,4 +1,4 @@
-// The step plan of control protocol 2 (engine/distributed_plan.h, issue 19): what rank 0 sends
+// The step plan of control protocol 3 (engine/distributed_plan.h, issue 19): what rank 0 sends
 // every rank for one engine step. It round-trips through a control message bit for bit, and a
 // plan that is inconsistent or cut short is refused naming what is wrong, on either side.
 #include <gtest/gtest.h>
@@ -15,13 +15,11 @@ namespace {
 
 StepPlan full_plan() {
   StepPlan p;
-  p.releases = {4};
-  p.resets = {7, 1ll << 40};
-  p.forks = {{3, 9, 128}};
-  p.truncates = {{3, 517}, {5, 0}};
+  // (in the order they happened: a fork before its source's release, a truncate after a fork)
+  p.ops = {{StateOp::Fork, 3, 9, 128}, {StateOp::Release, 4, 0, 0}, {StateOp::Reset, 7, 0, 0},
+           {StateOp::Reset, 1ll << 40, 0, 0}, {StateOp::Truncate, 3, 517, 0}, {StateOp::Truncate, 5, 0, 0}};
   p.items = {{3, 517, 4, kItemOutput | kFlagAllPositions}, {5, 0, 2, 0}, {9, 128, 1, kItemOutput}};
   p.tokens = {11, -1 & 0x7fffffff, 0, 129279, 5, 6, 7};
-  p.pad = 1;
   p.micro_batches = 2;
   return p;
 }
@@ -45,8 +43,8 @@ TEST(StepPlan, ACutOrPaddedPayloadIsRefused) {
     EXPECT_ERROR(decode_step_plan(b.substr(0, n)), "control message:") << "cut to " << n << " bytes";
   EXPECT_ERROR(decode_step_plan(b + std::string(1, '\0')), "control message:");
   std::string huge = b;
-  huge[20] = '\xff';  // the token count's high byte: far more than the payload holds
-  huge[23] = '\x7f';
+  huge[8] = '\xff';  // the token count's bytes: far more than the payload holds
+  huge[11] = '\x7f';
   EXPECT_ERROR(decode_step_plan(huge), "counts need");
 }
 
@@ -62,10 +60,10 @@ TEST(StepPlan, AnInconsistentPlanIsRefusedOnBothSides) {
       {"item of sequence -2", [](StepPlan& p) { p.items[1].seq_id = -2; }},
       {"3 micro-batches for 2 items", [](StepPlan& p) { p.items.pop_back(); p.tokens.pop_back(); p.micro_batches = 3; }},
       {"0 micro-batches", [](StepPlan& p) { p.micro_batches = 0; }},
-      {"-1 padding rows", [](StepPlan& p) { p.pad = -1; }},
-      {"fork of sequence 3 into 3", [](StepPlan& p) { p.forks[0].dst = 3; }},
-      {"truncate of sequence 5 to -4", [](StepPlan& p) { p.truncates[1].n_past = -4; }},
-      {"a reset of sequence -1", [](StepPlan& p) { p.resets[0] = -1; }},
+      {"fork of sequence 3 into 3", [](StepPlan& p) { p.ops[0].arg = 3; }},
+      {"truncate of sequence 5 (-4, 0)", [](StepPlan& p) { p.ops[5].arg = -4; }},
+      {"reset of sequence -1", [](StepPlan& p) { p.ops[2].seq = -1; }},
+      {"unknown state operation 9", [](StepPlan& p) { p.ops[1].kind = static_cast<StateOp::Kind>(9); }},
   };
   const std::string good = encode_step_plan(full_plan());
   for (const Case& c : cases) {
@@ -75,7 +73,11 @@ TEST(StepPlan, AnInconsistentPlanIsRefusedOnBothSides) {
     // The receiving side checks the same (a sender of another build): bytes made by hand.
     std::string b = good;
     if (std::string(c.needle) == "0 micro-batches") {
-      b[32] = 0;  // micro_batches: after six u32 counts and the i64 pad
+      b[12] = 0;  // micro_batches: after three u32 counts
+      EXPECT_ERROR(decode_step_plan(b), c.needle);
+    }
+    if (std::string(c.needle) == "unknown state operation 9") {
+      b[16 + 28] = 9;  // the second op's kind
       EXPECT_ERROR(decode_step_plan(b), c.needle);
     }
   }

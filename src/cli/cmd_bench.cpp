@@ -70,6 +70,7 @@ int cmd_bench(const Args& args) {
                                      "reference (f32 everywhere, the parity mode)"))
     specs.push_back(o);
   for (auto& o : draft_option_specs()) specs.push_back(o);
+  for (auto& o : distributed_option_specs()) specs.push_back(o);
   ParsedArgs a("bench", args, specs);
   if (a.help()) {
     print_help("bench", "MODEL | --synthetic flash [--layers N] [--quant MIX] [options]",
@@ -77,7 +78,9 @@ int cmd_bench(const Args& args) {
                "context of D, tok/s) end to end through the engine, logits included. For decode it also prints\n"
                "the weight bytes one token reads (every dense matrix, k of E experts, the output head), the GB/s\n"
                "that makes, and that as a % of the device's measured copy bandwidth (read + write).\n"
-               "--synthetic builds random weights of the real shapes; on a GPU they are made in device memory.",
+               "--synthetic builds random weights of the real shapes; on a GPU they are made in device memory.\n"
+               "With --rank/--world/--coordinator every rank runs the same bench command (its own --rank and\n"
+               "--device); rank 0 times the whole pipeline and prints the results (docs/multi-gpu.md).",
                specs);
     return 0;
   }
@@ -112,15 +115,30 @@ int cmd_bench(const Args& args) {
   HS_CHECK(!a.has("cache-dir") || cache_n > 0, "--cache-dir needs --cache-turn");
   opts.max_context = std::max<int64_t>(opts.max_context, longest);
 
+  const auto pipe = distributed_options(a, opts);
+  if (pipe) {
+    HS_CHECK(!a.has("cache-turn"), "--cache-turn: the prefix cache does not span the ranks of a pipeline (--rank)");
+    HS_CHECK(!a.has("draft") || opts.draft == "off", "--draft ", opts.draft,
+             ": speculative decoding does not run on a pipeline of processes (--rank) yet");
+    opts.draft = "off";
+  }
   const auto t_load = BenchClock::now();
-  std::unique_ptr<Engine> eng;
-  std::string model_name;
-  if (synthetic) {
-    model_name = synthetic_model_name(*synthetic);
-    eng = std::make_unique<Engine>(make_synthetic_source(*synthetic), opts);
+  std::unique_ptr<DistributedEngine> pipeline;  // (before what uses its engine)
+  std::unique_ptr<Engine> own;
+  Engine* eng = nullptr;
+  const std::string model_name = synthetic ? synthetic_model_name(*synthetic) : a.positionals()[0];
+  if (pipe && pipe->rank > 0) {  // rank 0 times and prints
+    if (synthetic) return run_pipeline_rank("bench", make_synthetic_source(*synthetic), model_name, opts, *pipe);
+    return run_pipeline_rank("bench", model_name, opts, *pipe);
+  }
+  if (pipe) {
+    pipeline = synthetic ? std::make_unique<DistributedEngine>(make_synthetic_source(*synthetic), model_name, opts, *pipe)
+                         : std::make_unique<DistributedEngine>(model_name, opts, *pipe);
+    eng = &pipeline->local();
   } else {
-    model_name = a.positionals()[0];
-    eng = std::make_unique<Engine>(model_name, opts);
+    own = synthetic ? std::make_unique<Engine>(make_synthetic_source(*synthetic), opts)
+                    : std::make_unique<Engine>(model_name, opts);
+    eng = own.get();
   }
   const ModelConfig& c = eng->config();
   const double load_s = seconds_since(t_load);
@@ -131,6 +149,9 @@ int cmd_bench(const Args& args) {
   std::printf("bench: %s, %d layers, vocab %lld, devices %s, numerics %s, loaded in %.1f s\n", model_name.c_str(),
               c.n_layers, static_cast<long long>(c.vocab_size), devices.c_str(),
               opts.numerics == Numerics::Reference ? "reference" : "model", load_s);
+  if (pipeline)
+    std::printf("pipeline of %d processes: rank 0 holds layers [%d, %d); the weight bytes and %% of bandwidth below "
+                "are rank 0's\n", pipeline->world(), pipeline->layer_begin(), pipeline->layer_end());
   std::printf("decode reads %.3f GB of weights per token", static_cast<double>(wbytes) / 1e9);
   if (copy_gbs > 0) std::printf("; device copy bandwidth %.0f GB/s (read + write, 1 GiB, median of 20)", copy_gbs);
   std::printf("\nstate per sequence:\n%s\n", describe_state_memory(c).c_str());

@@ -62,23 +62,22 @@ int run_rank(const ParsedArgs& a, const EngineOptions& opts, const DistributedOp
     chunks = parse_chunk_spec(a.get_or("chunks", std::to_string(T)), T);
   }
   try {
+    if (d.rank != 0) return run_pipeline_rank("logits", a.positionals()[0], opts, d);
     auto de = std::make_unique<DistributedEngine>(a.positionals()[0], opts, d);
     std::fprintf(stderr, "logits: rank %d/%d: layers [%d, %d) on %s; pipeline up\n", d.rank, d.world,
                  de->layer_begin(), de->layer_end(), opts.device.c_str());
-    if (d.rank != 0) {
-      de->serve_forever();
-      std::fprintf(stderr, "logits: rank %d: shut down by rank 0\n", d.rank);
-      return 0;
-    }
     const int64_t T = static_cast<int64_t>(tokens.size());
     const int64_t V = de->config().vocab_size;
     std::vector<float> logits(static_cast<size_t>(T * V));
     const auto t0 = std::chrono::steady_clock::now();
-    de->new_sequence(0);
-    int64_t pos = 0;
-    for (int64_t c : chunks) {
-      de->step(0, tokens.data() + pos, c, logits.data() + pos * V);
-      pos += c;
+    {
+      Engine& eng = de->local();  // (every step of it runs through all the ranks)
+      auto seq = eng.new_sequence();
+      int64_t pos = 0;
+      for (int64_t c : chunks) {
+        eng.step(*seq, tokens.data() + pos, c, logits.data() + pos * V);
+        pos += c;
+      }
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     de->shutdown();
@@ -117,7 +116,7 @@ int cmd_logits(const Args& args) {
                "step), and writes the logits after every token. Used to check the engine against reference\n"
                "logits: every chunk split must give the same result.\n\n"
                "With --rank/--world/--coordinator it is one process of a layer-split pipeline (one shard per\n"
-               "process, NCCL between them; docs/multi-gpu.md): rank 0 reads --tokens and writes --out, the\n"
+               "process, NCCL between GPUs, TCP between CPUs; docs/multi-gpu.md): rank 0 reads --tokens and writes --out, the\n"
                "other ranks (which ignore --tokens/--out/--chunks/--top) run until rank 0 is done.",
                specs);
     return 0;

@@ -5,6 +5,7 @@
 
 #include "cli/args.h"
 #include "cli/commands.h"
+#include "cli/engine_args.h"
 #include "engine/scheduler.h"
 #include "server/json_util.h"
 #include "server/model_loader.h"
@@ -84,7 +85,10 @@ int cmd_run(const Args& raw_args) {
   HS_CHECK(!(a.has("chat") && a.has("raw")), "--chat and --raw exclude each other");
   const bool chat = !a.has("raw");
 
-  const server::LoadedModel model = server::load_model(model_spec_from(a));
+  const server::ModelSpec model_spec = model_spec_from(a);
+  if (model_spec.pipeline && model_spec.pipeline->rank > 0)  // rank 0 prints the answer
+    return run_pipeline_rank("run", *model_spec.path, model_spec.engine, *model_spec.pipeline);
+  const server::LoadedModel model = server::load_model(model_spec);
   Scheduler scheduler(*model.engine, scheduler_options_from(a, *model.engine, 1));
   server::ServiceConfig cfg;
   cfg.model_name = model.name;

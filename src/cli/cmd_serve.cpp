@@ -1,6 +1,9 @@
 // `hyperstream serve [MODEL | --synthetic PRESET]`: the OpenAI- and Anthropic-compatible HTTP
 // server over the continuous-batching scheduler (docs/server.md). Also defines the model options
 // `run` shares.
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -41,6 +44,7 @@ std::vector<OptionSpec> model_option_specs() {
                                      "model files and --synthetic)"))
     specs.push_back(o);
   for (auto& o : draft_option_specs()) specs.push_back(o);
+  for (auto& o : distributed_option_specs()) specs.push_back(o);
   return specs;
 }
 
@@ -63,6 +67,13 @@ server::ModelSpec model_spec_from(const ParsedArgs& a) {
   }
   draft_options(a, m.engine);  // (the length again in scheduler_options_from)
   m.synthetic = synthetic_spec_from(a, m.engine);
+  m.pipeline = distributed_options(a, m.engine);
+  if (m.pipeline) {
+    HS_CHECK(m.path, "--rank/--world: a pipeline of processes needs a MODEL file (every rank opens it)");
+    HS_CHECK(!a.has("draft") || m.engine.draft == "off", "--draft ", m.engine.draft,
+             ": speculative decoding does not run on a pipeline of processes (--rank) yet");
+    m.engine.draft = "off";
+  }
   return m;
 }
 
@@ -170,6 +181,8 @@ int cmd_serve(const Args& args) {
     return 0;
   }
   server::ModelSpec model_spec = model_spec_from(a);
+  if (model_spec.pipeline && model_spec.pipeline->rank > 0)  // no HTTP: rank 0 serves
+    return run_pipeline_rank("serve", *model_spec.path, model_spec.engine, *model_spec.pipeline);
   server::HttpOptions http;
   http.host = a.get_or("host", "127.0.0.1");
   http.port = static_cast<int>(a.get_int("port", 8000));
@@ -189,7 +202,9 @@ int cmd_serve(const Args& args) {
   HS_CHECK(grace_s >= 0, "--shutdown-timeout must be at least 0");
   const std::string pc = a.get_or("prefix-cache", "on");
   HS_CHECK(pc == "on" || pc == "off", "--prefix-cache: expected on or off, got '", pc, "'");
-  const bool prefix_cache = pc == "on";
+  HS_CHECK(!model_spec.pipeline || !a.has("prefix-cache") || pc == "off",
+           "--prefix-cache on: the prefix cache does not span the ranks of a pipeline of processes (--rank)");
+  const bool prefix_cache = pc == "on" && !model_spec.pipeline;
   HS_CHECK(prefix_cache || !a.has("prefix-cache-dir"), "--prefix-cache-dir needs --prefix-cache on");
   PrefixCacheOptions cache_opts;
   const double ram_gib = a.get_double("prefix-cache-ram", 8.0), disk_gib = a.get_double("prefix-cache-disk", 64.0);
@@ -226,6 +241,8 @@ int cmd_serve(const Args& args) {
 
   const server::LoadedModel model = server::load_model(model_spec);
   SchedulerOptions sched_opts = scheduler_options_from(a, *model.engine, max_seqs);
+  // A pipeline that goes down ends every request with 503; then the server stops as on SIGTERM.
+  if (model.pipeline) sched_opts.on_down = [](const std::string&) { ::kill(::getpid(), SIGTERM); };
   std::unique_ptr<PrefixCache> cache;  // (before the scheduler: it outlives it)
   if (prefix_cache) {
     cache = std::make_unique<PrefixCache>(*model.engine, cache_opts);
@@ -251,8 +268,14 @@ int cmd_serve(const Args& args) {
   else
     std::fprintf(stderr, "hyperstream serve: speculative decoding off%s\n",
                  model_spec.engine.draft == "auto" ? " (--draft auto: the model has no DSpark drafter or MTP block)" : "");
+  // A rank lost while nothing runs stops the server too (the next step would find it gone).
+  if (model.pipeline) model.pipeline->watch_when_idle([](const std::string&) { ::kill(::getpid(), SIGTERM); });
+  if (model.pipeline)
+    std::fprintf(stderr, "hyperstream serve: rank 0 of %d: layers [%d, %d) here, the rest on the other ranks\n",
+                 model.pipeline->world(), model.pipeline->layer_begin(), model.pipeline->layer_end());
   if (!cache) {
-    std::fprintf(stderr, "hyperstream serve: prefix cache off\n");
+    std::fprintf(stderr, "hyperstream serve: prefix cache off%s\n",
+                 model.pipeline ? " (it does not span the ranks of a pipeline)" : "");
   } else if (cache_opts.dir.empty()) {
     std::fprintf(stderr, "hyperstream serve: prefix cache: device pages, host %.1f GiB (no disk tier: --prefix-cache-dir)\n",
                  ram_gib);
@@ -270,6 +293,10 @@ int cmd_serve(const Args& args) {
                server::signal_name(sig), grace_s);
   srv.shutdown(std::chrono::milliseconds(static_cast<int64_t>(grace_s * 1000)), [&] { return signals.wait(0) != 0; });
   scheduler.shutdown(false);
+  if (model.pipeline && model.pipeline->down()) {
+    std::fprintf(stderr, "hyperstream serve: stopped: the pipeline of processes went down\n");
+    return 1;
+  }
   std::fprintf(stderr, "hyperstream serve: stopped\n");
   return 0;
 }

@@ -1,6 +1,8 @@
 #include "cli/engine_args.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "util/error.h"
 
@@ -101,6 +103,40 @@ std::vector<OptionSpec> distributed_option_specs() {
       {"dist-timeout", true, "seconds to wait for the other ranks at start-up and for a peer in a step (default 600)",
        "S"},
   };
+}
+
+namespace {
+
+template <typename Make>
+int pipeline_rank(const char* cmd, const EngineOptions& opts, const DistributedOptions& d, Make&& make) {
+  try {
+    std::unique_ptr<DistributedEngine> made = make();
+    DistributedEngine& de = *made;
+    std::fprintf(stderr, "%s: rank %d/%d: layers [%d, %d) on %s; pipeline up\n", cmd, d.rank, d.world, de.layer_begin(),
+                 de.layer_end(), opts.device.c_str());
+    de.serve_forever();
+    std::fprintf(stderr, "%s: rank %d: shut down by rank 0\n", cmd, d.rank);
+    return 0;
+  } catch (const std::exception& e) {
+    // The pipeline is down (the peers were told, NCCL aborted). Leave at once rather than tear
+    // down device state behind an aborted communicator (whose teardown may wait for a dead rank).
+    std::fprintf(stderr, "hyperstream %s: rank %d: error: %s\n", cmd, d.rank, e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
+}  // namespace
+
+int run_pipeline_rank(const char* cmd, const std::string& model, const EngineOptions& opts, const DistributedOptions& d) {
+  return pipeline_rank(cmd, opts, d, [&] { return std::make_unique<DistributedEngine>(model, opts, d); });
+}
+
+int run_pipeline_rank(const char* cmd, std::unique_ptr<ModelSource> src, const std::string& name,
+                      const EngineOptions& opts, const DistributedOptions& d) {
+  return pipeline_rank(cmd, opts, d,
+                       [&] { return std::make_unique<DistributedEngine>(std::move(src), name, opts, d); });
 }
 
 std::optional<DistributedOptions> distributed_options(const ParsedArgs& a, const EngineOptions& eo) {

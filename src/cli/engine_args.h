@@ -32,5 +32,11 @@ std::vector<OptionSpec> distributed_option_specs();
 // nullopt when none of --rank/--world/--coordinator is given; otherwise all three must be, and
 // they are checked against the engine options (engine/distributed.h validate).
 std::optional<DistributedOptions> distributed_options(const ParsedArgs& a, const EngineOptions& eo);
+// A rank > 0 of a pipeline (`cmd` names the command in messages): joins, runs rank 0's steps
+// until it says shutdown (returns 0) or the pipeline fails (prints why, leaves with status 1).
+int run_pipeline_rank(const char* cmd, const std::string& model, const EngineOptions& opts, const DistributedOptions& d);
+// The same on a source every rank makes alike (a synthetic model); `name` names it.
+int run_pipeline_rank(const char* cmd, std::unique_ptr<ModelSource> src, const std::string& name,
+                      const EngineOptions& opts, const DistributedOptions& d);
 
 }  // namespace hs::cli

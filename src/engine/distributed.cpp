@@ -9,19 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <map>
 #include <thread>
 
-#include "engine/distributed_control.h"
+#include "engine/distributed_impl.h"
+#include "engine/distributed_wire.h"
 #include "util/error.h"
-
-#ifdef HS_HAVE_NCCL
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
-#include "kernels/cuda/device_context.h"
-#endif
 
 namespace hs {
 
@@ -29,11 +21,10 @@ using dist::Connection;
 using dist::Hello;
 using dist::Message;
 using dist::Op;
+using dist::Clock;
+using dist::seconds_since;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string join(const std::vector<int>& v) {
   std::string s;
@@ -44,20 +35,47 @@ std::string join(const std::vector<int>& v) {
   return s;
 }
 
-[[maybe_unused]] std::string host_name() {  // (used only where NCCL is built in)
+std::string host_name() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "?";
   return buf;
 }
 
-int cuda_device_id(const std::string& device) {
-  HS_CHECK(device.rfind("cuda:", 0) == 0, "--device '", device, "': a pipeline rank needs a cuda:N device (NCCL "
-           "carries the HC state between GPUs)");
-  const std::string id = device.substr(5);
-  HS_CHECK(!id.empty() && id.size() < 4 && id.find_first_not_of("0123456789") == std::string::npos, "--device '",
-           device, "': expected cuda:N");
-  return std::stoi(id);
+// -1 for cpu (TCP between the ranks), N for cuda:N (NCCL).
+int rank_device_id(const std::string& device) {
+  try {
+    return parse_device(device);
+  } catch (const Error& e) {
+    fail("--device: ", e.what());
+  }
 }
+
+// What the ranks' state pools must agree on (Ready's payload), and the pages each has.
+struct PoolTerms {
+  int64_t slots = 0, page = 0, max_context = 0, max_rollback = 0, cmp = 0, swa = 0;
+  static PoolTerms of(const StateLayout& l) {
+    return {l.slots, l.page, l.max_context, l.max_rollback, l.cmp_blocks, l.swa_blocks};
+  }
+  std::string encode() const {
+    std::vector<uint8_t> b;
+    for (int64_t v : {slots, page, max_context, max_rollback, cmp, swa}) dist::wire::put(b, static_cast<uint64_t>(v), 8);
+    return std::string(b.begin(), b.end());
+  }
+  static PoolTerms decode(const std::string& payload) {
+    dist::wire::Reader r{payload, "ready"};
+    PoolTerms t;
+    for (int64_t* v : {&t.slots, &t.page, &t.max_context, &t.max_rollback, &t.cmp, &t.swa}) *v = r.i64();
+    r.done();
+    return t;
+  }
+  bool same_terms(const PoolTerms& o) const {
+    return slots == o.slots && page == o.page && max_context == o.max_context && max_rollback == o.max_rollback;
+  }
+  std::string describe() const {
+    return cat(slots, " slots (--max-seqs), contexts up to ", max_context, " tokens (--ctx-size), ", page,
+               "-position pages, rollback ", max_rollback);
+  }
+};
 
 }  // namespace
 
@@ -75,7 +93,7 @@ void validate(const DistributedOptions& d) {
 void validate(const DistributedOptions& d, const EngineOptions& opts) {
   validate(d);
   HS_CHECK(opts.devices.empty(), "--devices cannot be used with --rank: each rank runs one shard on its --device");
-  (void)cuda_device_id(opts.device);
+  (void)rank_device_id(opts.device);
   HS_CHECK(opts.layer_split.empty() || static_cast<int>(opts.layer_split.size()) == d.world, "--layer-split ",
            join(opts.layer_split), " has ", opts.layer_split.size(), " entries but --world is ", d.world,
            " (one layer count per rank)");
@@ -116,155 +134,134 @@ uint64_t config_hash(const ModelSource& src, Numerics numerics, const std::vecto
   return h;
 }
 
-struct DistributedEngine::Impl {
-  DistributedOptions d;
-  std::string device_name;
-  int device = -1;
-  std::vector<int> split;
-  std::unique_ptr<Engine> eng;
-  std::map<int64_t, std::unique_ptr<Sequence>> seqs;
-  // rank 0: peers[r] is the connection to rank r (peers[0] unused); others: peers[0] is rank 0.
-  std::vector<Connection> peers;
-  std::vector<Hello> hellos;      // rank 0: what each rank said in the handshake
-  std::deque<Message> pending;    // ranks > 0: messages read while waiting on NCCL
-  bool broken = false, shut = false;
-#ifdef HS_HAVE_NCCL
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-#endif
 
-  bool leader() const { return d.rank == 0; }
+std::string DistributedEngine::Impl::who(int r) const {
+  if (leader() && r > 0 && r < static_cast<int>(hellos.size()) && !hellos[static_cast<size_t>(r)].host.empty())
+    return cat("rank ", r, " (", hellos[static_cast<size_t>(r)].device, " on ", hellos[static_cast<size_t>(r)].host,
+               ")");
+  return cat("rank ", r);
+}
 
-  std::string who(int r) const {
-    if (leader() && r > 0 && r < static_cast<int>(hellos.size()) && !hellos[static_cast<size_t>(r)].host.empty())
-      return cat("rank ", r, " (", hellos[static_cast<size_t>(r)].device, " on ", hellos[static_cast<size_t>(r)].host,
-                 ")");
-    return cat("rank ", r);
-  }
-
-  // Stops this rank for good: aborts NCCL, tells the peers (best effort), closes the control
-  // connections, and throws `msg`.
-  [[noreturn]] void fatal(const std::string& msg) {
-    if (!broken) {
-      broken = true;
-      Message err;
-      err.op = Op::Error;
-      err.payload = msg;
-      for (auto& c : peers) {
-        if (!c.open()) continue;
-        try {
-          c.send(err);
-        } catch (...) {
-        }
-        c.close();
-      }
-      abort_comm();
-    }
-    throw Error(msg);
-  }
-
-  // ncclCommAbort stops this rank's NCCL kernels at once, but then frees its resources in step
-  // with the other ranks of the node, and a dead rank never comes: give it two seconds, then
-  // leave it behind (the process is about to exit).
-  void abort_comm() {
-#ifdef HS_HAVE_NCCL
-    if (!comm) return;
-    ncclComm_t c = comm;
-    comm = nullptr;
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    std::thread t([c, done] {
-      ncclCommAbort(c);
-      done->store(true);
-    });
-    for (int i = 0; i < 200 && !done->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (done->load())
-      t.join();
-    else
-      t.detach();
-#endif
-  }
-
-  // A message from peer `i` arrived while none was expected (or it closed): fatal, except a
-  // rank > 0 keeps rank 0's next operations for later.
-  void on_unexpected(size_t i) {
-    Connection& c = peers[i];
-    Message m;
-    try {
-      m = c.recv();
-    } catch (const dist::PeerClosed&) {
-      c.close();
-      if (leader())
-        fatal(cat(who(static_cast<int>(i)), " closed its control connection: the process exited or was killed"));
-      if (!pending.empty() && pending.back().op == Op::Shutdown) return;  // rank 0 is done, and so are we
-      fatal("lost the control connection to rank 0: it exited or was killed");
-    } catch (const Error& e) {
-      fatal(cat("control connection to ", leader() ? who(static_cast<int>(i)) : "rank 0", ": ", e.what()));
-    }
-    if (m.op == Op::Error) {
-      c.close();
-      if (leader()) fatal(cat(who(static_cast<int>(i)), " failed: ", m.payload));
-      fatal(cat("rank 0 stopped the pipeline: ", m.payload));
-    }
-    if (leader())
-      fatal(cat("protocol error: unexpected '", dist::op_name(m.op), "' message from ", who(static_cast<int>(i))));
-    pending.push_back(std::move(m));
-  }
-
-  // Polls the control connections once (waiting up to timeout_ms).
-  void watch(int timeout_ms) {
-    std::vector<Connection*> cs;
-    for (auto& c : peers) cs.push_back(c.open() ? &c : nullptr);
-    const int i = dist::wait_readable(cs, timeout_ms);
-    if (i >= 0) on_unexpected(static_cast<size_t>(i));
-  }
-
-  void send_all(const Message& m) {
-    for (size_t r = 1; r < peers.size(); ++r) {
+// Stops this rank for good: aborts NCCL, tells the peers (best effort), closes the connections,
+// and throws `msg` as PipelineDown.
+void DistributedEngine::Impl::fatal(const std::string& msg) {
+  if (!broken) {
+    broken = true;
+    failure = msg;
+    Message err;
+    err.op = Op::Error;
+    err.payload = msg;
+    for (auto& c : peers) {
+      if (!c.open()) continue;
       try {
-        peers[r].send(m);
-      } catch (const Error& e) {
-        fatal(cat("cannot reach ", who(static_cast<int>(r)), ": ", e.what()));
+        c.send(err);
+      } catch (...) {
       }
+      c.close();
     }
+    data_in.close();
+    data_out.close();
+    abort_comm();
   }
+  throw PipelineDown(msg);
+}
 
-  // Blocking receive of the next message from rank 0 (ranks > 0).
-  Message next_from_leader() {
-    if (!pending.empty()) {
-      Message m = std::move(pending.front());
-      pending.pop_front();
-      return m;
-    }
-    try {
-      return peers[0].recv();
-    } catch (const dist::PeerClosed&) {
-      peers[0].close();
-      fatal("lost the control connection to rank 0: it exited or was killed");
-    } catch (const Error& e) {
-      fatal(cat("control connection to rank 0: ", e.what()));
-    }
-  }
+void DistributedEngine::Impl::fail(const std::string& why) { fatal(why); }
 
-  void handshake(const Hello& mine);
-  std::string exchange_id();
-  void barrier_ready();
+void DistributedEngine::Impl::end_step() {
+  if (step_lock.owns_lock()) step_lock.unlock();
+}
+
+void DistributedEngine::Impl::require_up(const char* what) const {
+  if (broken) throw PipelineDown(cat(what, ": the pipeline stopped after an earlier failure: ", failure));
+  HS_CHECK(!shut, what, ": the pipeline was shut down");
+}
+
+// ncclCommAbort stops this rank's NCCL kernels at once, but then frees its resources in step
+// with the other ranks of the node, and a dead rank never comes: give it two seconds, then
+// leave it behind (the process is about to exit).
+void DistributedEngine::Impl::abort_comm() {
 #ifdef HS_HAVE_NCCL
-  void wait_nccl(const std::string& what, bool stream_too);
-  void check_nccl(ncclResult_t r, const std::string& what);
-  void init_nccl(const std::string& id);
-  void send(const float* p, int64_t n, int peer, const std::string& what);
-  void recv(float* p, int64_t n, int peer, const std::string& what);
-  void close_comm();
+  if (!comm) return;
+  ncclComm_t c = comm;
+  comm = nullptr;
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([c, done] {
+    ncclCommAbort(c);
+    done->store(true);
+  });
+  for (int i = 0; i < 200 && !done->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (done->load())
+    t.join();
+  else
+    t.detach();
 #endif
-  void run_step(const Message& m);
-  Sequence& seq(int64_t id) {
-    auto it = seqs.find(id);
-    HS_CHECK(it != seqs.end(), "unknown sequence id ", id, " (new_sequence first)");
-    return *it->second;
-  }
-};
+}
 
-// ---- start-up: handshake (before any weight is read), load, ready barrier, NCCL
+// A message from peer `i` arrived while none was expected (or it closed): fatal, except a
+// rank > 0 keeps rank 0's next operations for later.
+void DistributedEngine::Impl::on_unexpected(size_t i) {
+  Connection& c = peers[i];
+  Message m;
+  try {
+    m = c.recv();
+  } catch (const dist::PeerClosed&) {
+    c.close();
+    if (leader())
+      fatal(cat(who(static_cast<int>(i)), " closed its control connection: the process exited or was killed"));
+    if (!pending.empty() && pending.back().op == Op::Shutdown) return;  // rank 0 is done, and so are we
+    fatal("lost the control connection to rank 0: it exited or was killed");
+  } catch (const PipelineDown&) {
+    throw;
+  } catch (const Error& e) {
+    fatal(cat("control connection to ", leader() ? who(static_cast<int>(i)) : "rank 0", ": ", e.what()));
+  }
+  if (m.op == Op::Error) {
+    c.close();
+    if (leader()) fatal(cat(who(static_cast<int>(i)), " failed: ", m.payload));
+    fatal(cat("rank 0 stopped the pipeline: ", m.payload));
+  }
+  if (leader())
+    fatal(cat("protocol error: unexpected '", dist::op_name(m.op), "' message from ", who(static_cast<int>(i))));
+  pending.push_back(std::move(m));
+}
+
+// Polls the control connections once (waiting up to timeout_ms).
+void DistributedEngine::Impl::watch(int timeout_ms) {
+  std::vector<Connection*> cs;
+  for (auto& c : peers) cs.push_back(c.open() ? &c : nullptr);
+  const int i = dist::wait_readable(cs, timeout_ms);
+  if (i >= 0) on_unexpected(static_cast<size_t>(i));
+}
+
+void DistributedEngine::Impl::send_all(const Message& m) {
+  for (size_t r = 1; r < peers.size(); ++r) {
+    try {
+      peers[r].send(m);
+    } catch (const Error& e) {
+      fatal(cat("cannot reach ", who(static_cast<int>(r)), ": ", e.what()));
+    }
+  }
+}
+
+// Blocking receive of the next message from rank 0 (ranks > 0).
+Message DistributedEngine::Impl::next_from_leader() {
+  if (!pending.empty()) {
+    Message m = std::move(pending.front());
+    pending.pop_front();
+    return m;
+  }
+  try {
+    return peers[0].recv();
+  } catch (const dist::PeerClosed&) {
+    peers[0].close();
+    fatal("lost the control connection to rank 0: it exited or was killed");
+  } catch (const Error& e) {
+    fatal(cat("control connection to rank 0: ", e.what()));
+  }
+}
+
+// ---- start-up: handshake (before any weight is read), load, ready barrier, data path
 
 void DistributedEngine::Impl::handshake(const Hello& mine) {
   const dist::Endpoint ep = dist::parse_endpoint(d.coordinator);
@@ -313,6 +310,10 @@ void DistributedEngine::Impl::handshake(const Hello& mine) {
       HS_CHECK(h.config_hash == mine.config_hash, "rank ", h.rank, " runs another model or configuration than rank 0: "
                "rank 0 has ", mine.description, " [config hash ", std::hex, mine.config_hash, "], rank ", std::dec,
                h.rank, " (", h.host, ") has ", h.description, " [config hash ", std::hex, h.config_hash, "]");
+      HS_CHECK((h.device == "cpu") == (mine.device == "cpu"), "rank ", h.rank, " (", h.host, ") runs on ", h.device,
+               ", rank 0 on ", mine.device, ": the ranks of a pipeline are all GPUs (NCCL between them) or all CPUs "
+               "(TCP between them)");
+      HS_CHECK(mine.device != "cpu" || h.data_port > 0, "rank ", h.rank, " (", h.host, ") gave no data port");
     } catch (const Error& e) {
       Message err;
       err.op = Op::Error;
@@ -328,8 +329,9 @@ void DistributedEngine::Impl::handshake(const Hello& mine) {
   }
 }
 
-// After the handshake: rank 0 makes the NCCL unique id (ncclGetUniqueId opens its bootstrap
-// socket there) and sends it with the welcome; the others wait for it (or for a refusal).
+// After the handshake. GPU ranks: rank 0 makes the NCCL unique id (ncclGetUniqueId opens its
+// bootstrap socket there) and sends it with the welcome. CPU ranks: the welcome names where the
+// rank sends its HC state (the next rank's data port; nothing for the last). Returns what came.
 std::string DistributedEngine::Impl::exchange_id() {
   if (!leader()) {
     Message r = next_from_leader();
@@ -341,23 +343,47 @@ std::string DistributedEngine::Impl::exchange_id() {
       fatal(cat("protocol error: expected 'welcome' from rank 0, got '", dist::op_name(r.op), "'"));
     return r.payload;
   }
+  // Where rank r (r >= 1) reaches rank r + 1: the address rank 0 sees it at, or the coordinator's
+  // host when that is a loopback address (rank r + 1 shares rank 0's host).
+  auto data_address = [&](int r) {
+    std::string host = peers[static_cast<size_t>(r)].peer_host();
+    if (host.rfind("127.", 0) == 0 || host == "::1") host = dist::parse_endpoint(d.coordinator).host;
+    if (host.find(':') != std::string::npos) host = "[" + host + "]";
+    return cat(host, ":", hellos[static_cast<size_t>(r)].data_port);
+  };
   std::string id;
 #ifdef HS_HAVE_NCCL
-  ncclUniqueId uid;
-  check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
-  id.assign(reinterpret_cast<const char*>(&uid), sizeof uid);
+  if (gpu()) {
+    ncclUniqueId uid;
+    check_nccl(ncclGetUniqueId(&uid), "ncclGetUniqueId");
+    id.assign(reinterpret_cast<const char*>(&uid), sizeof uid);
+  }
 #endif
-  Message w;
-  w.op = Op::Welcome;
-  w.payload = id;
-  send_all(w);
-  return id;
+  for (int r = 1; r < d.world; ++r) {
+    Message w;
+    w.op = Op::Welcome;
+    w.payload = gpu() ? id : r + 1 < d.world ? data_address(r + 1) : std::string();
+    try {
+      peers[static_cast<size_t>(r)].send(w);
+    } catch (const Error& e) {
+      fatal(cat("cannot reach ", who(r), ": ", e.what()));
+    }
+  }
+  if (gpu()) return id;
+  std::string host = peers[1].peer_host();
+  if (host.find(':') != std::string::npos) host = "[" + host + "]";
+  return cat(host, ":", hellos[1].data_port);
 }
 
+// Every rank loaded its layers (Ready, with its state pool's terms); rank 0 checks that the pools
+// agree and sends Go with the pages every rank keeps: the smallest rank's, so that a step rank 0
+// can reserve fits on every rank.
 void DistributedEngine::Impl::barrier_ready() {
+  const PoolTerms mine = PoolTerms::of(eng->state_layout(0));
   Message m;
   if (!leader()) {
     m.op = Op::Ready;
+    m.payload = mine.encode();
     try {
       peers[0].send(m);
     } catch (const Error& e) {
@@ -366,9 +392,12 @@ void DistributedEngine::Impl::barrier_ready() {
     Message g = next_from_leader();
     if (g.op == Op::Error) fatal(cat("rank 0 stopped the pipeline: ", g.payload));
     if (g.op != Op::Go) fatal(cat("protocol error: expected 'go' from rank 0, got '", dist::op_name(g.op), "'"));
+    const PoolTerms t = PoolTerms::decode(g.payload);
+    eng->limit_state(t.cmp, t.swa);
     return;
   }
   // Loading takes as long as it takes: no timeout here, but a rank that fails or exits is seen.
+  PoolTerms least = mine;
   std::vector<bool> ready(peers.size(), false);
   for (int left = d.world - 1; left > 0;) {
     std::vector<Connection*> cs;
@@ -385,154 +414,136 @@ void DistributedEngine::Impl::barrier_ready() {
     if (r.op == Op::Error) fatal(cat(who(i), " failed: ", r.payload));
     if (r.op != Op::Ready)
       fatal(cat("protocol error: expected 'ready' from ", who(i), ", got '", dist::op_name(r.op), "'"));
+    PoolTerms t;
+    try {
+      t = PoolTerms::decode(r.payload);
+    } catch (const Error& e) {
+      fatal(cat(who(i), ": ", e.what()));
+    }
+    if (!t.same_terms(mine))
+      fatal(cat(who(i), " has a state pool of ", t.describe(), "; rank 0 has ", mine.describe(),
+                " (start every rank with the same --max-seqs and --ctx-size)"));
+    least.cmp = std::min(least.cmp, t.cmp);
+    least.swa = std::min(least.swa, t.swa);
     ready[static_cast<size_t>(i)] = true;
     --left;
   }
+  eng->limit_state(least.cmp, least.swa);
   m.op = Op::Go;
+  m.payload = least.encode();
   send_all(m);
 }
 
-#ifdef HS_HAVE_NCCL
+// ---- ranks > 0: rank 0's step plans
 
-void DistributedEngine::Impl::check_nccl(ncclResult_t r, const std::string& what) {
-  if (r != ncclSuccess && r != ncclInProgress)
-    fatal(cat(what, ": NCCL error: ", ncclGetErrorString(r), comm ? cat(" (", ncclGetLastError(comm), ")") : ""));
-}
-
-// Waits for the communicator (and, with stream_too, the NCCL work queued on our stream),
-// watching the control connections so that a peer that fails or vanishes stops us.
-void DistributedEngine::Impl::wait_nccl(const std::string& what, bool stream_too) {
-  const auto t0 = Clock::now();
-  for (long spin = 0;; ++spin) {
-    ncclResult_t st = ncclSuccess;
-    const ncclResult_t q = ncclCommGetAsyncError(comm, &st);
-    cudaError_t e = cudaSuccess;
-    if (q == ncclSuccess && st == ncclSuccess) {
-      if (!stream_too) return;
-      e = cudaStreamQuery(stream);
-      if (e == cudaSuccess) return;
-    }
-    const bool failed = q != ncclSuccess || (st != ncclSuccess && st != ncclInProgress) ||
-                        (e != cudaSuccess && e != cudaErrorNotReady);
-    if (failed) {
-      watch(50);  // a peer that died is the better explanation: name it
-      check_nccl(q, what);
-      check_nccl(st, what);
-      fatal(cat(what, ": CUDA error: ", cudaGetErrorString(e)));
-    }
-    // A short hand-over is caught by spinning; a long one (a peer still computing) sleeps in poll.
-    watch(spin < 4000 ? 0 : 1);
-    if (seconds_since(t0) > d.timeout_s)
-      fatal(cat(what, ": no progress within ", d.timeout_s, " s (a peer hangs? see --dist-timeout)"));
+void DistributedEngine::Impl::apply(const dist::StateOp& o) {
+  auto find = [&](int64_t id) -> Sequence* {
+    auto it = seqs.find(id);
+    return it == seqs.end() ? nullptr : it->second.get();
+  };
+  Sequence* s = find(o.seq);
+  switch (o.kind) {
+    case dist::StateOp::Release:
+      seqs.erase(o.seq);  // (a sequence never stepped was never made here)
+      return;
+    case dist::StateOp::Reset:
+      if (s) s->reset();
+      return;
+    case dist::StateOp::Fork:
+      HS_CHECK(!find(o.arg), "step plan: fork into sequence ", o.arg, ", which exists on rank ", d.rank);
+      HS_CHECK(s || o.upto == 0, "step plan: fork of sequence ", o.seq, " up to ", o.upto, ", which rank ", d.rank,
+               " never saw");
+      seqs[o.arg] = s ? eng->fork(*s, o.upto) : eng->new_sequence();
+      return;
+    case dist::StateOp::Truncate:
+      HS_CHECK(s || o.arg == 0, "step plan: truncate of sequence ", o.seq, ", which rank ", d.rank, " never saw");
+      if (s) eng->truncate(*s, o.arg);
+      return;
   }
 }
 
-void DistributedEngine::Impl::init_nccl(const std::string& id) {
-  HS_CHECK(id.size() == sizeof(ncclUniqueId), "protocol error: NCCL unique id of ", id.size(), " bytes, expected ",
-           sizeof(ncclUniqueId));
-  ncclUniqueId uid;
-  std::memcpy(&uid, id.data(), sizeof uid);
-  HS_CUDA_CHECK(cudaSetDevice(device));
-  HS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-  cfg.blocking = 0;  // every wait goes through wait_nccl, which watches the peers
-  check_nccl(ncclCommInitRankConfig(&comm, d.world, uid, d.rank, &cfg), "creating the NCCL communicator");
-  wait_nccl("creating the NCCL communicator", false);
-}
-
-void DistributedEngine::Impl::send(const float* p, int64_t n, int peer, const std::string& what) {
-  check_nccl(ncclSend(p, static_cast<size_t>(n), ncclFloat32, peer, comm, stream), what);
-  wait_nccl(what, true);
-}
-
-void DistributedEngine::Impl::recv(float* p, int64_t n, int peer, const std::string& what) {
-  check_nccl(ncclRecv(p, static_cast<size_t>(n), ncclFloat32, peer, comm, stream), what);
-  wait_nccl(what, true);
-}
-
-void DistributedEngine::Impl::close_comm() {
-  if (comm) {
-    const auto t0 = Clock::now();
-    ncclResult_t st = ncclCommFinalize(comm);
-    while (st == ncclInProgress && seconds_since(t0) < 30) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) break;
+void DistributedEngine::Impl::run_plan(const dist::StepPlan& p) {
+  for (const dist::StateOp& o : p.ops) apply(o);
+  std::vector<StepItem> items;
+  size_t at = 0;
+  for (const auto& it : p.items) {
+    auto f = seqs.find(it.seq_id);
+    if (f == seqs.end()) {
+      HS_CHECK(it.position == 0, "step plan: sequence ", it.seq_id, " first seen at position ", it.position,
+               " on rank ", d.rank);
+      f = seqs.emplace(it.seq_id, eng->new_sequence()).first;
     }
-    if (st == ncclSuccess)
-      ncclCommDestroy(comm);
-    else
-      ncclCommAbort(comm);
-    comm = nullptr;
+    HS_CHECK(f->second->n_past() == it.position, "sequence ", it.seq_id, " is at position ", f->second->n_past(),
+             " on rank ", d.rank, ", rank 0 stepped it at ", it.position);
+    StepItem si;
+    si.seq = f->second.get();
+    si.tokens = p.tokens.data() + at;
+    si.n = it.n;
+    si.all_positions = (it.flags & dist::kFlagAllPositions) != 0;
+    si.output = (it.flags & dist::kItemOutput) != 0;
+    items.push_back(si);
+    at += static_cast<size_t>(it.n);
   }
-  if (stream) {
-    cudaStreamDestroy(stream);
-    stream = nullptr;
-  }
+  if (!items.empty()) eng->step_planned(items, p.micro_batches);
 }
 
-#endif  // HS_HAVE_NCCL
-
-// ---- one step on this rank: receive (or embed), run the shard, send on (or the logits back)
-
-void DistributedEngine::Impl::run_step(const Message& m) {
-#ifdef HS_HAVE_NCCL
-  cuda::DeviceGuard guard(device);
-  const int64_t n = m.n_tokens;
-  const int64_t per = eng->config().hc_mult * eng->config().dim;
-  const int64_t V = eng->config().vocab_size;
-  Sequence& s = seq(m.seq_id);
-  HS_CHECK(s.n_past() == m.position, "sequence ", m.seq_id, " is at position ", s.n_past(), " on rank ", d.rank,
-           ", rank 0 stepped it at ", m.position);
-  Shard& shard = eng->shard(0);
-  Ops& ops = shard.ops();
-  const size_t mark = ops.mark();
-  try {
-    HcState X{ops.alloc(n * per), n, per, &ops};
-    if (leader())
-      shard.embed(m.tokens.data(), n, X.data);
-    else
-      recv(X.data, n * per, d.rank - 1, cat("receiving the HC state from rank ", d.rank - 1));
-    X = eng->forward_shards(s, m.tokens.data(), n, X);
-    float fence = 0;
-    if (d.rank + 1 < d.world) {
-      ops.download(&fence, X.data, 1);  // the shard's work is done before NCCL reads it
-      send(X.data, n * per, d.rank + 1, cat("sending the HC state to rank ", d.rank + 1));
-    } else {
-      const int64_t rows = (m.flags & dist::kFlagAllPositions) ? n : 1;
-      float* L = ops.alloc(rows * V);
-      shard.logits(X.data + (n - rows) * per, rows, L);
-      ops.download(&fence, L, 1);
-      send(L, rows * V, 0, "sending the logits to rank 0");
-    }
-  } catch (...) {
-    ops.release_to(mark);
-    throw;
-  }
-  ops.release_to(mark);
-#else
-  (void)m;
-  fail("internal: no NCCL in this build");
-#endif
+void DistributedEngine::Impl::send_plan(const dist::StepPlan& plan) {
+  require_up("step");
+  step_lock.lock();  // until end_step: the idle watcher keeps off the connections
+  Message m;
+  m.op = Op::StepPlan;
+  m.payload = dist::encode_step_plan(plan);
+  send_all(m);
 }
 
 // ---- the public class
 
+namespace {
+
+// A rank > 0 that fails before its handshake tells rank 0 (best effort) rather than let it wait.
+void report_early_failure(const DistributedOptions& d, const EngineOptions& opts, const std::exception& e) {
+  if (d.rank == 0) return;
+  try {
+    Connection c = Connection::connect(dist::parse_endpoint(d.coordinator), std::min(d.timeout_s, 10.0));
+    Message m;
+    m.op = Op::Error;
+    m.payload = cat("rank ", d.rank, " (", opts.device, " on ", host_name(), "): ", e.what());
+    c.send(m);
+  } catch (...) {
+  }
+}
+
+std::unique_ptr<ModelSource> open_for_rank(const std::string& path, const EngineOptions& opts,
+                                           const DistributedOptions& d) {
+  try {
+    validate(d, opts);
+    return ModelSource::open(path);
+  } catch (const std::exception& e) {
+    report_early_failure(d, opts, e);
+    throw;
+  }
+}
+
+}  // namespace
+
 DistributedEngine::DistributedEngine(const std::string& model_path, const EngineOptions& opts,
                                      const DistributedOptions& d)
+    : DistributedEngine(open_for_rank(model_path, opts, d), model_path, opts, d) {}
+
+DistributedEngine::DistributedEngine(std::unique_ptr<ModelSource> src, const std::string& name,
+                                     const EngineOptions& opts, const DistributedOptions& d)
     : impl_(std::make_unique<Impl>()) {
   Impl& I = *impl_;
   I.d = d;
-  validate(d, opts);
-  I.device_name = opts.device;
-  I.device = cuda_device_id(opts.device);
-#ifndef HS_HAVE_NCCL
-  (void)model_path;
-  fail("--rank/--world: this build has no NCCL (configure with -DHS_CUDA=ON where the CUDA tree has NCCL)");
-#else
-  std::unique_ptr<ModelSource> src;
   Hello mine;
   try {
-    src = ModelSource::open(model_path);
+    validate(d, opts);
+    I.device_name = opts.device;
+    I.device = rank_device_id(opts.device);
+#ifndef HS_HAVE_NCCL
+    HS_CHECK(!I.gpu(), "--rank/--world on ", opts.device, ": this build has no NCCL (configure with -DHS_CUDA=ON "
+             "where the CUDA tree has NCCL); CPU ranks need none");
+#endif
     I.split = rank_layer_split(opts.layer_split, d.world, src->config().n_layers);
     mine.rank = d.rank;
     mine.world = d.world;
@@ -540,20 +551,15 @@ DistributedEngine::DistributedEngine(const std::string& model_path, const Engine
     mine.device = opts.device;
     mine.host = host_name();
     const ModelConfig& c = src->config();
-    mine.description = cat(model_path, " (", src->format(), ", ", c.n_layers, " layers, dim ", c.dim, ", vocab ",
+    mine.description = cat(name, " (", src->format(), ", ", c.n_layers, " layers, dim ", c.dim, ", vocab ",
                            c.vocab_size, "; numerics ", opts.numerics == Numerics::Model ? "model" : "reference",
                            "; layer split ", join(I.split), ")");
-  } catch (const std::exception& e) {
-    if (!I.leader()) {  // tell rank 0 (best effort) rather than let it wait for us
-      try {
-        Connection c = Connection::connect(dist::parse_endpoint(d.coordinator), std::min(d.timeout_s, 10.0));
-        Message m;
-        m.op = Op::Error;
-        m.payload = cat("rank ", d.rank, " (", opts.device, " on ", host_name(), "): ", e.what());
-        c.send(m);
-      } catch (...) {
-      }
+    if (!I.gpu() && d.rank > 0) {  // where the previous rank will send the HC state
+      I.data_listener = std::make_unique<dist::Listener>(0, cat("rank ", d.rank, "'s data port"));
+      mine.data_port = I.data_listener->port();
     }
+  } catch (const std::exception& e) {
+    report_early_failure(d, opts, e);
     throw;
   }
   I.handshake(mine);  // before any weight is read: a mismatched rank is refused at once
@@ -563,28 +569,40 @@ DistributedEngine::DistributedEngine(const std::string& model_path, const Engine
     eo.devices.assign(static_cast<size_t>(d.world), opts.device);
     eo.layer_split = I.split;
     eo.only_shard = d.rank;
+    eo.link = &I;
     I.eng = std::make_unique<Engine>(std::move(src), eo);
+  } catch (const PipelineDown&) {
+    throw;
   } catch (const std::exception& e) {
     I.fatal(cat("loading layers of rank ", d.rank, " failed: ", e.what()));
   }
   I.barrier_ready();
   try {
-    I.init_nccl(id);
-  } catch (const std::exception& e) {
-    if (!I.broken) I.fatal(e.what());
-    throw;
-  }
+    if (I.gpu()) {
+#ifdef HS_HAVE_NCCL
+      I.init_nccl(id);
 #endif
+    } else {
+      I.connect_data(id);
+    }
+  } catch (const PipelineDown&) {
+    throw;
+  } catch (const std::exception& e) {
+    I.fatal(e.what());
+  }
 }
 
 DistributedEngine::~DistributedEngine() {
   Impl& I = *impl_;
+  I.stop_watching = true;
+  if (I.watcher.joinable()) I.watcher.join();
   if (I.leader() && !I.shut && !I.broken) {
     try {
       shutdown();
     } catch (...) {
     }
   }
+  I.seqs.clear();  // (before the engine)
   I.abort_comm();
 #ifdef HS_HAVE_NCCL
   if (I.stream && !I.broken) cudaStreamDestroy(I.stream);
@@ -597,88 +615,34 @@ const ModelConfig& DistributedEngine::config() const { return impl_->eng->config
 Engine& DistributedEngine::local() { return *impl_->eng; }
 int DistributedEngine::layer_begin() const { return impl_->eng->shard(0).layer_begin(); }
 int DistributedEngine::layer_end() const { return impl_->eng->shard(0).layer_end(); }
+bool DistributedEngine::down() const { return impl_->broken; }
 
-static void require_usable(const DistributedEngine::Impl& I, const char* what) {
-  HS_CHECK(I.leader(), what, " is for rank 0 (rank ", I.d.rank, " runs serve_forever)");
-  HS_CHECK(!I.broken, what, ": the pipeline stopped after an earlier failure");
-  HS_CHECK(!I.shut, what, ": the pipeline was shut down");
-}
-
-void DistributedEngine::new_sequence(int64_t seq_id) {
+void DistributedEngine::watch_when_idle(std::function<void(const std::string& why)> on_down) {
   Impl& I = *impl_;
-  require_usable(I, "new_sequence");
-  Message m;
-  m.op = Op::NewSequence;
-  m.seq_id = seq_id;
-  I.send_all(m);
-  I.seqs[seq_id] = I.eng->new_sequence();
-}
-
-void DistributedEngine::reset(int64_t seq_id) {
-  Impl& I = *impl_;
-  require_usable(I, "reset");
-  Sequence& s = I.seq(seq_id);
-  Message m;
-  m.op = Op::Reset;
-  m.seq_id = seq_id;
-  I.send_all(m);
-  s.reset();
-}
-
-void DistributedEngine::release(int64_t seq_id) {
-  Impl& I = *impl_;
-  require_usable(I, "release");
-  (void)I.seq(seq_id);
-  Message m;
-  m.op = Op::Release;
-  m.seq_id = seq_id;
-  I.send_all(m);
-  I.seqs.erase(seq_id);
-}
-
-int64_t DistributedEngine::n_past(int64_t seq_id) const { return impl_->seq(seq_id).n_past(); }
-
-void DistributedEngine::step(int64_t seq_id, const int32_t* tokens, int64_t n, float* logits, bool all_positions) {
-  Impl& I = *impl_;
-  require_usable(I, "step");
-  // Bad input is refused here, before any rank hears of the step.
-  HS_CHECK(n > 0, "step needs at least one token");
-  Sequence& s = I.seq(seq_id);
-  const int64_t V = config().vocab_size;
-  for (int64_t t = 0; t < n; ++t)
-    HS_CHECK(tokens[t] >= 0 && tokens[t] < V, "token id ", tokens[t], " at position ", s.n_past() + t,
-             " is outside the vocabulary [0, ", V, ")");
-  Message m;
-  m.op = Op::Step;
-  m.flags = all_positions ? dist::kFlagAllPositions : 0;
-  m.seq_id = seq_id;
-  m.n_tokens = n;
-  m.position = s.n_past();
-  m.tokens.assign(tokens, tokens + n);
-  I.send_all(m);
-  try {
-#ifdef HS_HAVE_NCCL
-    I.run_step(m);
-    cuda::DeviceGuard guard(I.device);
-    Ops& ops = I.eng->shard(0).ops();
-    const size_t mark = ops.mark();
-    const int64_t rows = all_positions ? n : 1;
-    float* L = ops.alloc(rows * V);
-    I.recv(L, rows * V, I.d.world - 1, cat("receiving the logits from rank ", I.d.world - 1));
-    ops.download(logits, L, rows * V);
-    ops.release_to(mark);
-#else
-    (void)logits;
-#endif
-  } catch (const std::exception& e) {
-    if (!I.broken) I.fatal(e.what());
-    throw;
-  }
+  HS_CHECK(I.leader() && !I.watcher.joinable(), "internal: watch_when_idle is for rank 0, once");
+  I.watcher = std::thread([&I, on_down = std::move(on_down)] {
+    while (!I.stop_watching && !I.broken && !I.shut) {
+      {
+        std::unique_lock<std::mutex> lk(I.step_mu, std::try_to_lock);
+        if (lk.owns_lock() && !I.broken && !I.shut) {
+          try {
+            I.watch(0);  // between steps nothing is expected: a message or an EOF stops the pipeline
+          } catch (const std::exception& e) {
+            if (on_down) on_down(e.what());
+            return;
+          }
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
 }
 
 void DistributedEngine::shutdown() {
   Impl& I = *impl_;
   if (I.shut || I.broken || !I.leader()) return;
+  I.stop_watching = true;
+  if (I.watcher.joinable()) I.watcher.join();
   Message m;
   m.op = Op::Shutdown;
   I.shut = true;
@@ -687,27 +651,19 @@ void DistributedEngine::shutdown() {
   I.close_comm();
 #endif
   for (auto& c : I.peers) c.close();
+  I.data_out.close();
 }
 
 void DistributedEngine::serve_forever() {
   Impl& I = *impl_;
   HS_CHECK(!I.leader(), "serve_forever is for ranks > 0 (rank 0 drives the pipeline)");
-  HS_CHECK(!I.broken && !I.shut, "serve_forever: the pipeline is down");
+  I.require_up("serve_forever");
   for (;;) {
     Message m = I.next_from_leader();
     try {
       switch (m.op) {
-        case Op::Step:
-          I.run_step(m);
-          break;
-        case Op::NewSequence:
-          I.seqs[m.seq_id] = I.eng->new_sequence();
-          break;
-        case Op::Reset:
-          I.seq(m.seq_id).reset();
-          break;
-        case Op::Release:
-          I.seqs.erase(m.seq_id);
+        case Op::StepPlan:
+          I.run_plan(dist::decode_step_plan(m.payload));
           break;
         case Op::Shutdown:
           I.shut = true;
@@ -715,6 +671,8 @@ void DistributedEngine::serve_forever() {
           I.close_comm();
 #endif
           I.peers[0].close();
+          I.data_in.close();
+          I.data_out.close();
           return;
         case Op::Error:
           I.peers[0].close();
@@ -722,9 +680,10 @@ void DistributedEngine::serve_forever() {
         default:
           I.fatal(cat("protocol error: unexpected '", dist::op_name(m.op), "' message from rank 0"));
       }
-    } catch (const std::exception& e) {
-      if (!I.broken) I.fatal(e.what());
+    } catch (const PipelineDown&) {
       throw;
+    } catch (const std::exception& e) {
+      I.fatal(cat("rank ", I.d.rank, ": ", e.what()));
     }
   }
 }

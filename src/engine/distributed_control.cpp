@@ -51,21 +51,17 @@ const char* op_name(Op op) {
     case Op::Welcome: return "welcome";
     case Op::Ready: return "ready";
     case Op::Go: return "go";
-    case Op::Step: return "step";
-    case Op::NewSequence: return "new_sequence";
-    case Op::Reset: return "reset";
-    case Op::Release: return "release";
     case Op::Shutdown: return "shutdown";
     case Op::Error: return "error";
     case Op::StepPlan: return "step_plan";
+    case Op::State: return "state";
+    case Op::Outputs: return "outputs";
   }
   return "?";
 }
 
 std::vector<uint8_t> encode(const Message& m) {
-  HS_CHECK(m.op != Op::Step || static_cast<int64_t>(m.tokens.size()) == m.n_tokens, "control message: step of ",
-           m.n_tokens, " tokens carries ", m.tokens.size(), " token ids");
-  const size_t payload = m.op == Op::Step ? m.tokens.size() * 4 : m.payload.size();
+  const size_t payload = m.payload.size();
   HS_CHECK(payload <= kMaxPayload, "control message: payload of ", payload, " bytes is over the limit of ",
            kMaxPayload);
   std::vector<uint8_t> b(kMagic, kMagic + 4);
@@ -77,10 +73,7 @@ std::vector<uint8_t> encode(const Message& m) {
   put64(b, static_cast<uint64_t>(m.n_tokens));
   put64(b, static_cast<uint64_t>(m.position));
   put32(b, static_cast<uint32_t>(payload));
-  if (m.op == Op::Step)
-    for (int32_t t : m.tokens) put32(b, static_cast<uint32_t>(t));
-  else
-    b.insert(b.end(), m.payload.begin(), m.payload.end());
+  b.insert(b.end(), m.payload.begin(), m.payload.end());
   return b;
 }
 
@@ -91,7 +84,8 @@ Header decode_header(const uint8_t* p) {
   HS_CHECK(h.version == kProtocolVersion, "control protocol version ", h.version, " from the peer, this build speaks "
            "version ", kProtocolVersion, " (run the same hyperstream build on every rank)");
   const uint16_t op = static_cast<uint16_t>(get(p + 6, 2));
-  HS_CHECK(op >= static_cast<uint16_t>(Op::Hello) && op <= static_cast<uint16_t>(Op::StepPlan),
+  HS_CHECK((op >= static_cast<uint16_t>(Op::Hello) && op <= static_cast<uint16_t>(Op::Go)) ||
+               (op >= static_cast<uint16_t>(Op::Shutdown) && op <= static_cast<uint16_t>(Op::Outputs)),
            "control message: unknown op ", op);
   h.op = static_cast<Op>(op);
   h.flags = static_cast<uint32_t>(get(p + 8, 4));
@@ -102,9 +96,8 @@ Header decode_header(const uint8_t* p) {
   HS_CHECK(h.payload_bytes <= kMaxPayload, "control message: payload of ", h.payload_bytes,
            " bytes is over the limit of ", kMaxPayload);
   HS_CHECK(h.n_tokens >= 0 && h.position >= 0, "control message: negative n_tokens or position");
-  if (h.op == Op::Step)
-    HS_CHECK(h.n_tokens > 0 && static_cast<uint64_t>(h.n_tokens) * 4 == h.payload_bytes, "control message: step of ",
-             h.n_tokens, " tokens with a payload of ", h.payload_bytes, " bytes");
+  HS_CHECK((h.op != Op::State && h.op != Op::Outputs) || h.payload_bytes % 4 == 0, "control message: ",
+           op_name(h.op), " of ", h.payload_bytes, " bytes, not whole floats");
   return h;
 }
 
@@ -119,13 +112,7 @@ Message decode(const uint8_t* p, size_t n) {
   m.seq_id = h.seq_id;
   m.n_tokens = h.n_tokens;
   m.position = h.position;
-  const uint8_t* q = p + kHeaderBytes;
-  if (m.op == Op::Step) {
-    m.tokens.resize(static_cast<size_t>(h.n_tokens));
-    for (size_t i = 0; i < m.tokens.size(); ++i) m.tokens[i] = static_cast<int32_t>(get(q + 4 * i, 4));
-  } else {
-    m.payload.assign(reinterpret_cast<const char*>(q), h.payload_bytes);
-  }
+  m.payload.assign(reinterpret_cast<const char*>(p + kHeaderBytes), h.payload_bytes);
   return m;
 }
 
@@ -138,6 +125,7 @@ std::string encode_hello(const Hello& h) {
     put32(b, static_cast<uint32_t>(s->size()));
     b.insert(b.end(), s->begin(), s->end());
   }
+  put32(b, static_cast<uint32_t>(h.data_port));
   return std::string(b.begin(), b.end());
 }
 
@@ -150,6 +138,7 @@ Hello decode_hello(const std::string& payload) {
   h.device = r.str();
   h.host = r.str();
   h.description = r.str();
+  h.data_port = static_cast<int32_t>(r.num(4));
   r.done();
   return h;
 }
@@ -184,6 +173,15 @@ Connection& Connection::operator=(Connection&& o) noexcept {
     o.fd_ = -1;
   }
   return *this;
+}
+
+std::string Connection::peer_host() const {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if (fd_ < 0 || getpeername(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "?";
+  char host[NI_MAXHOST] = {};
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&a), len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return "?";
+  return host;
 }
 
 void Connection::close() {
@@ -298,9 +296,9 @@ int wait_readable(const std::vector<Connection*>& conns, int timeout_ms) {
 
 // ---- Listener
 
-Listener::Listener(int port) {
+Listener::Listener(int port, const std::string& what) : what_(what) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  HS_CHECK(fd_ >= 0, "rank 0: cannot create a socket: ", sys_error());
+  HS_CHECK(fd_ >= 0, "cannot create a socket for ", what_, ": ", sys_error());
   int one = 1;
   setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   sockaddr_in a{};
@@ -310,7 +308,7 @@ Listener::Listener(int port) {
   if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 64) != 0) {
     const std::string e = sys_error();
     ::close(fd_);
-    fail("rank 0 cannot listen on the coordinator port ", port, ": ", e);
+    fail("cannot listen on ", what_, " (port ", port, "): ", e);
   }
   socklen_t len = sizeof a;
   getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
@@ -326,9 +324,9 @@ Connection Listener::accept(double timeout_s) {
   int r;
   do r = poll(&p, 1, static_cast<int>(timeout_s * 1000));
   while (r < 0 && errno == EINTR);
-  HS_CHECK(r > 0, "no rank connected to the coordinator port ", port_, " within ", timeout_s, " s");
+  HS_CHECK(r > 0, "no rank connected to ", what_, " (port ", port_, ") within ", timeout_s, " s");
   const int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-  HS_CHECK(fd >= 0, "rank 0: accept failed: ", sys_error());
+  HS_CHECK(fd >= 0, "accept on ", what_, " failed: ", sys_error());
   return Connection(fd);
 }
 

@@ -1,12 +1,14 @@
 // The control channel of a multi-process pipeline (engine/distributed.h): small versioned
 // messages over one TCP connection between rank 0 (which listens on the coordinator port) and
-// each other rank. Only control travels here (ops, sequence ids, positions, token ids, the
-// handshake and the NCCL unique id); the HC state and the logits go through NCCL.
+// each other rank: the handshake, the NCCL unique id, one step plan per engine step
+// (engine/distributed_plan.h). Between GPU ranks the HC state and the logits go through NCCL;
+// between CPU ranks they are State / Outputs messages (State over a data connection from each
+// rank to the next, Outputs from the last rank to rank 0 over its control connection).
 //
 // Wire format, little-endian: a 40-byte header
 //   magic "HSPL" | u16 version | u16 op | u32 flags | i64 seq_id | i64 n_tokens | i64 position |
 //   u32 payload bytes
-// then the payload: n_tokens int32 token ids for Step, bytes for Hello / Welcome / Error / StepPlan.
+// then the payload's bytes.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -17,8 +19,9 @@
 
 namespace hs::dist {
 
-// 2: Op::StepPlan (engine/distributed_plan.h).
-inline constexpr uint16_t kProtocolVersion = 2;
+// 2: Op::StepPlan (engine/distributed_plan.h). 3: the step plan is the only step (the
+// one-sequence ops are gone), its state operations in order; State / Outputs; Hello's data port.
+inline constexpr uint16_t kProtocolVersion = 3;
 inline constexpr size_t kHeaderBytes = 40;
 inline constexpr uint32_t kMaxPayload = 64u << 20;
 
@@ -27,32 +30,28 @@ enum class Op : uint16_t {
   Welcome = 2,      // 0 -> rank: handshake accepted (payload: the NCCL unique id)
   Ready = 3,        // rank -> 0: this rank's weights are loaded
   Go = 4,           // 0 -> rank: every rank is ready; create the NCCL communicator
-  Step = 5,         // 0 -> rank: run n_tokens tokens of sequence seq_id at `position`
-  NewSequence = 6,  // 0 -> rank: create (or replace) a sequence's state
-  Reset = 7,        // 0 -> rank: zero a sequence's state
-  Release = 8,      // 0 -> rank: drop a sequence's state
+  // (5..8: protocol 2's one-sequence step, new_sequence, reset, release)
   Shutdown = 9,     // 0 -> rank: finish and exit 0
   Error = 10,       // either way: the sender failed (payload: the message); the receiver stops
   StepPlan = 11,    // 0 -> rank: one engine step over many sequences (payload: encode_step_plan)
+  State = 12,       // rank r -> r + 1 (CPU ranks): HC state floats; position = the first float's index
+  Outputs = 13,     // last rank -> 0 (CPU ranks): logits floats; position = the first float's index
 };
 const char* op_name(Op op);
 
-inline constexpr uint32_t kFlagAllPositions = 1;  // Step: logits of every position, not only the last
-
 struct Message {
-  Op op = Op::Step;
+  Op op = Op::Error;
   uint32_t flags = 0;
   int64_t seq_id = 0;
   int64_t n_tokens = 0;
   int64_t position = 0;
-  std::vector<int32_t> tokens;  // Step: n_tokens ids
-  std::string payload;          // Hello / Welcome / Error
+  std::string payload;
   bool operator==(const Message&) const = default;
 };
 
 struct Header {
   uint16_t version = 0;
-  Op op = Op::Step;
+  Op op = Op::Error;
   uint32_t flags = 0;
   int64_t seq_id = 0, n_tokens = 0, position = 0;
   uint32_t payload_bytes = 0;
@@ -71,6 +70,7 @@ struct Hello {
   std::string device;       // "cuda:1"
   std::string host;         // for messages
   std::string description;  // the model and configuration in words
+  int32_t data_port = 0;    // CPU ranks > 0: where the previous rank connects to send the HC state
   bool operator==(const Hello&) const = default;
 };
 std::string encode_hello(const Hello& h);
@@ -105,6 +105,7 @@ class Connection {
   static Connection connect(const Endpoint& ep, double timeout_s);
 
   bool open() const { return fd_ >= 0; }
+  std::string peer_host() const;  // the peer's address, numeric
   int fd() const { return fd_; }
   void send(const Message& m);  // throws PeerClosed when the peer is gone
   Message recv();               // blocks for a whole message; PeerClosed on EOF
@@ -117,10 +118,11 @@ class Connection {
   int fd_ = -1;
 };
 
-// Rank 0's listening socket (all IPv4 interfaces, the coordinator's port).
+// A listening socket on all IPv4 interfaces: rank 0's on the coordinator port, a CPU rank's
+// for its data connection (port 0: one the system picks; port() tells).
 class Listener {
  public:
-  explicit Listener(int port);
+  explicit Listener(int port, const std::string& what = "the coordinator port");
   ~Listener();
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -131,6 +133,7 @@ class Listener {
  private:
   int fd_ = -1;
   int port_ = 0;
+  std::string what_;
 };
 
 // Waits until one of the connections has something to read; returns its index, or -1 after

@@ -1,9 +1,11 @@
 #include "engine/engine.h"
 
 #include "engine/dspark.h"
+#include "engine/engine_micro.h"
 #include "engine/layer_split.h"
 #include "engine/mtp.h"
 #include "engine/pipeline_runner.h"
+#include "engine/rank_link.h"
 #ifdef HS_HAVE_CUDA
 #include "kernels/cuda/device_context.h"
 #endif
@@ -65,13 +67,6 @@ static void pin_device(const std::string& device) {
 #endif
 }
 
-void Sequence::reset() {
-  for (auto& s : shards) s->reset();
-  if (draft) draft->reset();
-  draft_offset = 0;
-  if (dspark) dspark->reset();
-}
-
 std::string parse_draft_kind(const std::string& s) {
   if (s == "auto" || s == "mtp" || s == "dspark" || s == "off") return s;
   fail("--draft: expected auto, mtp, dspark or off, got '", s, "'");
@@ -100,6 +95,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   HS_CHECK(opts.state_memory >= 0, "--state-memory must be positive, got ", opts.state_memory);
   HS_CHECK(opts.max_rollback >= 0 && opts.max_rollback <= 1024, "max_rollback must be in [0, 1024], got ",
            opts.max_rollback);
+  HS_CHECK(!opts.link || opts.only_shard >= 0, "internal: a rank link without only_shard");
   HS_CHECK(opts.pipeline_micro_batches >= 0, "--micro-batches must be at least 0 (0: automatic), got ",
            opts.pipeline_micro_batches);
   HS_CHECK(opts.peer_access == "auto" || opts.peer_access == "on" || opts.peer_access == "off",
@@ -198,6 +194,8 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     shards_[i]->init_state(po);
   }
   shard_offset_ = std::max(opts.only_shard, 0);
+  link_ = opts.link;
+  if (link_ && link_->rank() == 0) log_ = std::make_shared<SequenceLog>();
   if ((want_mtp || want_dspark) && opts.only_shard < 0) {
     Shard& last = *shards_.back();
     Ops* dops = &last.ops();
@@ -269,6 +267,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
   for (size_t i = 0; i < ops_.size(); ++i) ops_locks_.push_back(std::make_unique<std::mutex>());
   // A pipeline pays off only when the shards sit on different devices (ops_ has one backend per device).
   micro_batches_ = opts.pipeline_micro_batches > 0 ? opts.pipeline_micro_batches
+                   : link_                           ? link_->world()
                    : ops_.size() >= 2                ? n_shards()
                                                      : 1;
   setup_handoffs(opts.peer_access);
@@ -304,109 +303,6 @@ const std::string& Engine::shard_device(int i) const {
   fail("internal: shard ", i, " has no device");
 }
 
-std::unique_ptr<Sequence> Engine::new_sequence() const {
-  auto s = std::make_unique<Sequence>();
-  for (const auto& sh : shards_) s->shards.push_back(sh->new_sequence());
-  if (drafter_) s->draft = drafter_->new_sequence();
-  if (dspark_) s->dspark = dspark_->new_sequence();
-  return s;
-}
-
-std::unique_ptr<Sequence> Engine::fork(const Sequence& src, int64_t upto) const {
-  HS_CHECK(src.shards.size() == shards_.size(), "fork: the sequence has ", src.shards.size(),
-           " shard states, the engine ", shards_.size(), " shards");
-  for (size_t s = 0; s < shards_.size(); ++s) shards_[s]->check_state(*src.shards[s], "fork: ");
-  auto dst = new_sequence();
-  // A shard that cannot fork changes nothing; the earlier shards' copies go with dst.
-  for (size_t s = 0; s < shards_.size(); ++s) shards_[s]->pool().fork(*src.shards[s], upto, *dst->shards[s]);
-  return dst;
-}
-
-void Engine::truncate(Sequence& seq, int64_t n) const {
-  HS_CHECK(seq.shards.size() == shards_.size(), "truncate: the sequence has ", seq.shards.size(),
-           " shard states, the engine ", shards_.size(), " shards");
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    shards_[s]->check_state(*seq.shards[s], "truncate: ");
-    const SequenceState& st = *seq.shards[s];
-    HS_CHECK(n >= 0 && n <= st.n_past() && n >= st.high() - st.pool().layout().max_rollback && n >= st.floor(),
-             "truncate to ", n,
-             " tokens: shard ", s, " holds ", st.n_past(), " (furthest ", st.high(), ", rollback at most ",
-             st.pool().layout().max_rollback, ")");
-  }
-  for (size_t s = 0; s < shards_.size(); ++s) shards_[s]->pool().truncate(*seq.shards[s], n);
-}
-
-EngineSnapshot Engine::snapshot(const Sequence& seq) const {
-  HS_CHECK(seq.shards.size() == shards_.size(), "snapshot: the sequence has ", seq.shards.size(),
-           " shard states, the engine ", shards_.size(), " shards");
-  EngineSnapshot snap;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    shards_[s]->check_state(*seq.shards[s], "snapshot: ");
-    snap.shards.push_back(shards_[s]->pool().snapshot(*seq.shards[s]));
-  }
-  return snap;
-}
-
-bool Engine::restore(const EngineSnapshot& snap, Sequence& seq) const {
-  HS_CHECK(snap.shards.size() == shards_.size() && seq.shards.size() == shards_.size(),
-           "restore: a snapshot of ", snap.shards.size(), " shards into a sequence of ", seq.shards.size(),
-           " on an engine of ", shards_.size());
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    if (shards_[s]->pool().restore(snap.shards[s], *seq.shards[s])) continue;
-    for (size_t t = 0; t < s; ++t) shards_[t]->pool().release_pages(*seq.shards[t]);  // back to empty
-    return false;
-  }
-  return true;
-}
-
-void Engine::release(EngineSnapshot& snap) const {
-  for (size_t s = 0; s < snap.shards.size() && s < shards_.size(); ++s) shards_[s]->pool().release(snap.shards[s]);
-  snap.shards.clear();
-}
-
-bool Engine::can_reserve(const Sequence& seq, int64_t n) const {
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    const StatePool& p = shards_[s]->pool();
-    const auto [c, w] = p.blocks_needed(*seq.shards.at(s), n);
-    const StatePoolStats st = p.stats();
-    if (c > st.cmp_total - st.cmp_used || w > st.swa_total - st.swa_used) return false;
-    if (seq.shards[s]->n_past() + n > p.layout().max_context) return false;
-  }
-  return true;
-}
-
-int64_t Engine::pages_for(int64_t n_tokens) const {
-  return shards_.empty() ? 0 : (n_tokens + shards_.front()->pool().layout().page - 1) / shards_.front()->pool().layout().page;
-}
-
-int64_t Engine::free_pages() const {
-  int64_t f = INT64_MAX;
-  for (const auto& sh : shards_) {
-    const StatePoolStats st = sh->pool().stats();
-    f = std::min(f, st.cmp_total - st.cmp_used);
-  }
-  return shards_.empty() ? 0 : f;
-}
-
-EngineStateStats Engine::state_stats() const {
-  EngineStateStats t;
-  t.token_capacity = INT64_MAX;
-  for (const auto& sh : shards_) {
-    const StatePoolStats st = sh->pool().stats();
-    t.pages_total += st.cmp_total;
-    t.pages_used += st.cmp_used;
-    t.pages_shared += st.cmp_shared;
-    t.swa_pages_total += st.swa_total;
-    t.swa_pages_used += st.swa_used;
-    t.slots_total = st.slots_total;
-    t.slots_used = std::max(t.slots_used, st.slots_used);
-    t.token_capacity = std::min(t.token_capacity, sh->pool().token_capacity());
-    t.bytes_per_token += sh->pool().layout().cmp_page_bytes / sh->pool().layout().page;
-  }
-  if (shards_.empty()) t.token_capacity = 0;
-  return t;
-}
-
 int64_t Engine::padded_rows(int64_t rows) const {
   int64_t p = rows;
   for (const auto& sh : shards_) p = std::max(p, sh->ops().padded_rows(rows));
@@ -431,16 +327,8 @@ bool Engine::complete() const {
   return !shards_.empty() && shards_.front()->owns_embedding() && shards_.back()->owns_output();
 }
 
-bool Engine::can_sample() const { return !shards_.empty() && shards_.back()->ops().can_sample(); }
-
-// One micro-batch on its way through the shards: whole items, their rows concatenated.
-struct Engine::Micro {
-  std::span<const StepItem> items;
-  int64_t rows = 0;
-  int64_t pad = 0;             // padding rows after the items' (a decode step rounded up for a graph)
-  std::vector<HcState> X;      // per shard: the state on its backend (one buffer while the backend stays)
-  std::vector<HandoffFlight> flights;  // per boundary: the state on its way (ShardHandoff)
-};
+// (On a pipeline of ranks the logits come home through rank 0's link: it samples on the host.)
+bool Engine::can_sample() const { return !link_ && !shards_.empty() && shards_.back()->ops().can_sample(); }
 
 void Engine::check_items(std::span<const StepItem> items) const {
   HS_CHECK(!items.empty(), "a step needs at least one sequence");
@@ -452,7 +340,9 @@ void Engine::check_items(std::span<const StepItem> items) const {
              " shard states, engine has ", shards_.size(), " shards");
     HS_CHECK(it.n > 0 && it.tokens != nullptr, what, "step needs at least one token");
     HS_CHECK(!it.taps || dspark_, what, "DSpark taps asked for, but this engine has no DSpark drafter");
-    HS_CHECK(!it.output || it.logits != nullptr || (it.sample && can_sample()), what,
+    HS_CHECK(!link_ || !it.hidden, what, "the drafter's input (hidden) is not available on a pipeline of ranks");
+    const bool logits_here = !link_ || link_->rank() == 0;  // (a rank > 0 sends them to rank 0)
+    HS_CHECK(!logits_here || !it.output || it.logits != nullptr || (it.sample && can_sample()), what,
              "no buffer for the logits given");
     if (it.output && it.sample) {
       HS_CHECK(!it.all_positions, what, "device sampling takes the last position only, not all_positions");
@@ -502,6 +392,7 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
   const int64_t count = (mb.rows + mb.pad) * config_.hc_mult * config_.dim;
   const HcState& X = mb.X[s];
   const auto t0 = std::chrono::steady_clock::now();
+  const int64_t per = config_.hc_mult * config_.dim;
   if (s == 0 && embed) {
     std::vector<int32_t> tokens;
     for (const StepItem& it : mb.items) tokens.insert(tokens.end(), it.tokens, it.tokens + it.n);
@@ -509,6 +400,14 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
     sh.embed(tokens.data(), mb.rows + mb.pad, X.data);
   } else if (s > 0) {
     handoffs_[s - 1]->receive(X.data, count, mb.flights[s - 1]);
+  } else if (link_) {
+    // The items' rows from the previous rank; each rank pads for its own backend, with zero rows
+    // (finite: padding rows are computed on and never read).
+    link_->recv_state(ops, X.data, mb.rows * per);
+    if (mb.pad > 0) {
+      const std::vector<float> zeros(static_cast<size_t>(mb.pad * per), 0.0f);
+      ops.upload(X.data + mb.rows * per, zeros.data(), mb.pad * per);
+    }
   }
   std::vector<SeqRows> seqs;
   for (const StepItem& it : mb.items) seqs.push_back({it.seq->shards[s].get(), it.tokens, it.n});
@@ -541,7 +440,8 @@ void Engine::run_stage(size_t s, Micro& mb, bool embed, bool logits) {
     }
   }
   if (s + 1 < shards_.size()) handoffs_[s]->send(X.data, mb.X[s + 1].data, count, mb.flights[s]);
-  if (s + 1 == shards_.size() && logits) write_logits(mb);
+  else if (link_ && !sh.owns_output()) link_->send_state(ops, X.data, mb.rows * per);
+  if (s + 1 == shards_.size() && logits && sh.owns_output()) write_logits(mb);
   if (stage_timing_) {
     ops.synchronize();
     stage_seconds_[s] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -613,6 +513,11 @@ void Engine::write_logits(Micro& mb) {
   const float* H = gather_rows(ops, mb.X.back().data, per, runs);
   float* out = ops.alloc(wanted * V);
   last.logits(H, wanted, out);
+  if (link_) {  // the last rank: sent to rank 0 at the end of the step (the step releases the scratch)
+    mb.out = out;
+    mb.out_rows = wanted;
+    return;
+  }
   if (!specs.empty()) {
     std::vector<int32_t> tokens(specs.size());
     const bool done = ops.sample(gather_rows(ops, out, V, sample_runs), static_cast<int64_t>(specs.size()), V, specs,
@@ -622,14 +527,22 @@ void Engine::write_logits(Micro& mb) {
     for (const StepItem& it : mb.items)
       if (it.output && it.sample) it.sample->token = tokens[j++];
   }
+  scatter_logits(mb, out);
+  ops.release_to(mark);
+}
+
+// The logits rows of mb's items (out: [wanted rows, vocab] on the last local shard's backend)
+// into their buffers; items sampled on the device have none.
+void Engine::scatter_logits(const Micro& mb, const float* out) {
+  Ops& ops = shards_.back()->ops();
+  const int64_t V = config_.vocab_size;
   int64_t at = 0;
   for (const StepItem& it : mb.items) {
     if (!it.output) continue;
     const int64_t k = it.all_positions ? it.n : 1;
-    if (!(it.sample && device)) ops.download(it.logits, out + at * V, k * V);
+    if (!(it.sample && it.sample->sampled)) ops.download(it.logits, out + at * V, k * V);
     at += k;
   }
-  ops.release_to(mark);
 }
 
 PipelineRunner& Engine::runner() {
@@ -638,27 +551,19 @@ PipelineRunner& Engine::runner() {
   return *runner_;
 }
 
-HcState Engine::forward_shards(Sequence& seq, const int32_t* tokens, int64_t n, HcState X) {
-  HS_CHECK(seq.shards.size() == shards_.size(), "sequence has ", seq.shards.size(), " shard states, engine has ",
-           shards_.size(), " shards");
-  const StepItem item{&seq, tokens, n, nullptr, false};
-  Micro mb{{&item, 1}, n, 0, {}, {}};
-  prepare(mb, X);  // (the first shard checks the state it is given)
-  for (size_t s = 0; s < shards_.size(); ++s) run_stage(s, mb, false, false);
-  return mb.X.back();
-}
-
 void Engine::step(Sequence& seq, const int32_t* tokens, int64_t n, float* logits, bool all_positions) {
   const StepItem item{&seq, tokens, n, logits, all_positions};
   step_batch({&item, 1});
 }
 
 void Engine::step_batch(std::span<const StepItem> items) {
-  HS_CHECK(complete(), "this engine holds only shard ", shard_offset_, " (layers [", shards_.front()->layer_begin(),
-           ", ", shards_.back()->layer_end(), ")) of a multi-process pipeline: step() needs the whole model");
-  check_items(items);
-  // Pages for every item on every shard, before anything runs: a step that cannot have them
-  // changes nothing (the scheduler then preempts a sequence).
+  HS_CHECK(complete() || (link_ && link_->rank() == 0), "this engine holds only shard ", shard_offset_, " (layers [",
+           shards_.front()->layer_begin(), ", ", shards_.back()->layer_end(),
+           ")) of a multi-process pipeline: rank 0 steps it");
+  run_step(items, micro_batches_);
+}
+
+void Engine::check_pages(std::span<const StepItem> items) const {
   for (size_t s = 0; s < shards_.size(); ++s) {
     const StatePool& p = shards_[s]->pool();
     int64_t cmp = 0, swa = 0;
@@ -669,13 +574,28 @@ void Engine::step_batch(std::span<const StepItem> items) {
     }
     const StatePoolStats st = p.stats();
     if (cmp > st.cmp_total - st.cmp_used || swa > st.swa_total - st.swa_used)
-      throw StatePoolFull(cat("the state pool of shard ", s, " is full: this step needs ", cmp, " more pages (",
+      throw StatePoolFull(cat("the state pool of shard ", s + static_cast<size_t>(shard_offset_), " is full: this step needs ", cmp, " more pages (",
                               st.cmp_total - st.cmp_used, " of ", st.cmp_total, " free) and ", swa, " SWA pages (",
                               st.swa_total - st.swa_used, " of ", st.swa_total, " free)"));
   }
-  // Micro-batches of whole items with about equal rows: cut after the item where the running
-  // row count reaches the next share, keeping at least one item for every group still to come.
-  const size_t M = shards_.size() < 2 ? 1 : std::min<size_t>(static_cast<size_t>(micro_batches_), items.size());
+}
+
+void Engine::run_step(std::span<const StepItem> items, int micro_batches) {
+  check_items(items);
+  // Pages for every item on every shard, before anything runs: a step that cannot have them
+  // changes nothing (the scheduler then preempts a sequence). (The ranks of a pipeline budget
+  // alike: limit_state.)
+  check_pages(items);
+  const size_t stages = link_ ? static_cast<size_t>(link_->world()) : shards_.size();
+  const size_t M = stages < 2 ? 1 : std::min<size_t>(static_cast<size_t>(micro_batches), items.size());
+  struct EndStep {  // (however the step ends)
+    RankLink* link;
+    ~EndStep() {
+      if (link) link->end_step();
+    }
+  } end_step{log_ ? link_ : nullptr};
+  if (log_) link_->send_plan(make_plan(items, static_cast<int>(M)));
+
   int64_t total = 0;
   for (const StepItem& it : items) total += it.n;
   std::vector<Micro> mbs;
@@ -686,7 +606,8 @@ void Engine::step_batch(std::span<const StepItem> items) {
     const size_t groups_after = M - mbs.size() - 1, items_after = items.size() - i - 1;
     const bool share_reached = done * static_cast<int64_t>(M) >= total * static_cast<int64_t>(mbs.size() + 1);
     if (items_after == 0 || (groups_after > 0 && (items_after == groups_after || share_reached))) {
-      Micro mb{items.subspan(begin, i + 1 - begin), 0, 0, {}, {}};
+      Micro mb;
+      mb.items = items.subspan(begin, i + 1 - begin);
       bool decode = true;
       for (const StepItem& it : mb.items) {
         mb.rows += it.n;
@@ -705,12 +626,23 @@ void Engine::step_batch(std::span<const StepItem> items) {
   };
   try {
     for (Micro& mb : mbs) prepare(mb, HcState{});
-    if (mbs.size() == 1) {
+    if (link_) {  // one shard here: the micro-batches one after the other, the ranks overlapping them
+      for (Micro& mb : mbs) run_stage(0, mb, shards_.front()->owns_embedding(), true);
+      exchange_outputs(mbs);
+    } else if (mbs.size() == 1) {
       for (size_t s = 0; s < shards_.size(); ++s) run_stage(s, mbs[0], true, true);
     } else {
       runner().run(static_cast<int>(mbs.size()),
                    [&](int s, int m) { run_stage(static_cast<size_t>(s), mbs[static_cast<size_t>(m)], true, true); });
     }
+  } catch (const PipelineDown&) {
+    release();
+    throw;
+  } catch (const std::exception& e) {
+    release();
+    // The other ranks are inside this step, waiting on this one: the pipeline cannot go on.
+    if (link_) link_->fail(cat("rank ", link_->rank(), ": ", e.what()));
+    throw;
   } catch (...) {
     release();
     throw;

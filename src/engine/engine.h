@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/cpu_ops.h"
+#include "engine/distributed_plan.h"
 #include "engine/dspark.h"
 #include "engine/shard.h"
 #include "engine/shard_handoff.h"
@@ -15,6 +16,8 @@
 #include "util/thread_pool.h"
 
 namespace hs {
+
+class RankLink;
 
 struct EngineOptions {
   std::string device = "cpu";     // "cpu" or "cuda:N"
@@ -27,9 +30,11 @@ struct EngineOptions {
   // for every shard.
   std::vector<std::string> devices;
   // >= 0: build only this shard of the split (only its layers' weights are loaded; the other
-  // shards live in other processes, engine/distributed.h). step() then refuses to run, and the
-  // caller drives the pieces: embed (first shard), forward_shards, logits (last shard).
+  // shards live in other processes, engine/distributed.h), reaching the others through `link`
+  // (not owned; DistributedEngine makes both). Rank 0 then steps the whole pipeline with
+  // step_batch; the other ranks run rank 0's plans (step_planned).
   int only_shard = -1;
+  RankLink* link = nullptr;
   // > 0: route every token to this many experts instead of the model's k (an approximation
   // that trades quality for speed; applied identically in every shard; hash layers use the
   // first N of their k experts). 0: the model's.
@@ -87,9 +92,26 @@ std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numer
 std::unique_ptr<Ops> make_cuda_ops(int device, Numerics numerics);  // engine/cuda_ops.cpp
 #endif
 
+// What rank 0 did to its sequences since its last step, in order, for the step plan
+// (engine/distributed_plan.h); the sequences write to it (their release and reset), and so does
+// the engine (fork, truncate).
+struct SequenceLog {
+  std::mutex mu;
+  std::vector<dist::StateOp> ops;
+  void add(const dist::StateOp& op);
+  std::vector<dist::StateOp> take();
+};
+
 // The state of one sequence across all shards: a handle in each shard's pool. Destroy it
 // before its engine.
 struct Sequence {
+  Sequence() = default;
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+  ~Sequence();  // (rank 0 of a pipeline: logs its release)
+  // Its name in a multi-process pipeline's step plans (rank 0's engine numbers them; -1 elsewhere).
+  int64_t id = -1;
+  std::shared_ptr<SequenceLog> log;
   std::vector<std::unique_ptr<SequenceState>> shards;
   // The drafter's state (Engine::drafter(); null without one). Its rows lag the model's: row p
   // continues the model's state at p with token p + 1, at position p - draft_offset.
@@ -178,7 +200,8 @@ class Engine {
   std::unique_ptr<Sequence> fork(const Sequence& src, int64_t upto) const;
   // Rolls seq back to its first n tokens (n >= the furthest it got - max_rollback).
   void truncate(Sequence& seq, int64_t n) const;
-  // seq's state now, its full pages shared (release() it, or the pages stay taken).
+  // seq's state now, its full pages shared (release() it, or the pages stay taken). Not on a
+  // rank of a multi-process pipeline (the other ranks' state cannot be snapshot from here).
   EngineSnapshot snapshot(const Sequence& seq) const;
   // seq (empty) = the snapshot's state; false, changing nothing, when a shard's pool lacks room.
   bool restore(const EngineSnapshot& snap, Sequence& seq) const;
@@ -212,14 +235,19 @@ class Engine {
   DsparkDrafter* dspark() const { return dspark_.get(); }
   // Whether this engine holds the whole pipeline (embedding to output head).
   bool complete() const;
+  // A rank of a multi-process pipeline (EngineOptions::link), or null.
+  RankLink* link() const { return link_; }
+  // Ranks > 0: one step as rank 0 planned it (the items made from its plan, in its order, and its
+  // micro-batch count): the state comes from the previous rank, goes to the next, and the last
+  // rank's logits rows go to rank 0.
+  void step_planned(std::span<const StepItem> items, int micro_batches);
+  // Every shard's pool cut to at most this many compressed / SWA pages (empty pools only): the
+  // ranks of a pipeline hold the same sequences, so they budget by the smallest rank's pool.
+  void limit_state(int64_t cmp_pages, int64_t swa_pages);
   // Decode steps as CUDA graphs (engine/step_graphs.h), summed over this engine's shards.
   StepGraphStats graph_stats() const;
   // Whether the last shard's backend samples tokens itself (StepItem::sample; Ops::sample).
   bool can_sample() const;
-  // Runs every shard of this engine over the HC state X (on the first shard's backend), staging
-  // it between backends, and returns the state on the last shard's backend. Scratch is the
-  // caller's to release (mark/release_to on the backends).
-  HcState forward_shards(Sequence& seq, const int32_t* tokens, int64_t n, HcState X);
 
   // Roofline inputs for benchmarks: weight bytes per decode token over all shards, and the
   // measured copy bandwidth of the first device backend (0 when every shard is on the CPU).
@@ -242,6 +270,9 @@ class Engine {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<std::mutex>> ops_locks_;  // per ops_ entry: shards sharing a backend take turns
   int shard_offset_ = 0;        // index in the split of shards_[0] (EngineOptions::only_shard)
+  RankLink* link_ = nullptr;    // EngineOptions::link
+  std::shared_ptr<SequenceLog> log_;  // rank 0 of a pipeline
+  mutable int64_t next_id_ = 0;       // the next Sequence::id (rank 0)
   int micro_batches_ = 1;       // EngineOptions::pipeline_micro_batches, resolved
   std::vector<std::unique_ptr<ShardHandoff>> handoffs_;  // per boundary s: shard s to shard s + 1
   bool stage_timing_ = false;
@@ -251,6 +282,11 @@ class Engine {
   struct Micro;  // one micro-batch on its way through the shards (engine.cpp)
   int64_t padded_rows(int64_t rows) const;
   void check_items(std::span<const StepItem> items) const;
+  void check_pages(std::span<const StepItem> items) const;
+  void run_step(std::span<const StepItem> items, int micro_batches);
+  dist::StepPlan make_plan(std::span<const StepItem> items, int micro_batches) const;
+  void exchange_outputs(std::vector<Micro>& mbs);  // a pipeline's logits, last rank -> rank 0
+  void scatter_logits(const Micro& mb, const float* out);
   void prepare(Micro& mb, HcState X0);
   void setup_handoffs(const std::string& peer_access);
   void run_stage(size_t s, Micro& mb, bool embed, bool logits);

@@ -5,6 +5,7 @@
 
 #include "util/error.h"
 #include "util/log.h"
+#include "engine/rank_link.h"
 #include "engine/state_pool.h"
 #include "engine/scheduler_slot.h"
 
@@ -16,6 +17,7 @@ const char* finish_reason_name(FinishReason r) {
     case FinishReason::Length: return "length";
     case FinishReason::Cancelled: return "cancelled";
     case FinishReason::Error: return "error";
+    case FinishReason::Unavailable: return "unavailable";
   }
   return "?";
 }
@@ -67,6 +69,7 @@ uint64_t Scheduler::submit(GenerationRequest req) {
            pages.token_capacity / engine_.state_layout(0).page, " (", pages.token_capacity,
            " tokens; more with --state-memory)");
   std::lock_guard<std::mutex> lk(mu_);
+  if (!down_.empty()) throw PipelineDown(cat("the model's pipeline of processes is down: ", down_));
   HS_CHECK(!draining_ && !stop_, "the server is shutting down");
   const uint64_t id = next_id_++;
   queue_.emplace_back(id, std::move(req));
@@ -243,6 +246,25 @@ void Scheduler::keep_snapshot(Slot& s, std::span<const int32_t> tokens) {
   } catch (const std::exception& e) {  // a cache that cannot keep it costs only the reuse
     log_warn("prefix cache: no snapshot of request ", s.id, ": ", e.what());
   }
+}
+
+// Nothing can run any more: the running requests and the queued ones end (503 in the server);
+// later submits are refused.
+void Scheduler::go_down(const std::string& why) {
+  log_warn("the engine's pipeline went down: ", why);
+  std::deque<std::pair<uint64_t, GenerationRequest>> queued;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    down_ = why;
+    queued.swap(queue_);
+    stats_.queue_depth = 0;
+  }
+  const std::string msg = cat("the model's pipeline of processes is down: ", why);
+  for (auto& s : slots_)
+    if (s->busy) finish(*s, FinishReason::Unavailable, msg);
+  for (auto& [id, req] : queued)
+    if (req.on_done) req.on_done(FinishReason::Unavailable, msg);
+  if (opts_.on_down) opts_.on_down(why);
 }
 
 void Scheduler::finish(Slot& s, FinishReason r, const std::string& err) {
@@ -427,6 +449,9 @@ void Scheduler::step_once() {
       }
       preempt(*victim);
       live.erase(std::find(live.begin(), live.end(), victim));
+    } catch (const PipelineDown& e) {
+      go_down(e.what());
+      return;
     } catch (const std::exception& e) {
       // A failure inside the step leaves every sequence of the batch half-advanced: all of them end.
       for (Slot* s : stepped) {

@@ -32,7 +32,9 @@
 
 namespace hs {
 
-enum class FinishReason { Stop, Length, Cancelled, Error };
+// Unavailable: the engine's pipeline of ranks went down (engine/rank_link.h PipelineDown); the
+// server answers 503 and stops.
+enum class FinishReason { Stop, Length, Cancelled, Error, Unavailable };
 const char* finish_reason_name(FinishReason r);
 
 struct GenerationRequest {
@@ -101,6 +103,9 @@ struct SchedulerOptions {
   // The DSpark drafter's verify length (docs/speculative.md): drafts up to the first whose
   // confidence sigmoid is below this (0: the whole block, capped by draft_max).
   float draft_confidence = 0.5f;
+  // Called once (on the scheduler's thread) when the engine's pipeline of ranks goes down: every
+  // request then ends as Unavailable and submit refuses with PipelineDown (serve exits).
+  std::function<void(const std::string& why)> on_down;
 };
 
 struct SchedulerStats {
@@ -149,6 +154,7 @@ class Scheduler {
   void start(Slot& s, bool resumed);                         // restores its cached prefix, on_start
   void keep_snapshot(Slot& s, std::span<const int32_t> tokens);  // into the prefix cache
   void finish(Slot& s, FinishReason r, const std::string& err);  // ends the request, frees the slot
+  void go_down(const std::string& why);  // the pipeline is gone: every request ends Unavailable
   // The chosen token goes out (counts, on_token, stop tokens, max_tokens); false once the request ended.
   bool emit(Slot& s, const SampleResult& r, bool device, bool constrained, double constraint_secs);
   // Speculative decoding (scheduler_draft.cpp).
@@ -191,6 +197,7 @@ class Scheduler {
   double draft_prior_ = DraftLength::kStart;
   int probe_prior_ = DraftLength::kProbeMin;  // the probe interval the last greedy drafting request ended at
   bool stop_ = false, draining_ = false;
+  std::string down_;  // why the pipeline went down (empty: it is up)
   std::thread thread_;
 };
 

@@ -185,14 +185,20 @@ StatePool::StatePool(const ModelConfig& c, int layer_begin, int layer_end, Ops& 
   swa_table_dev_ = reinterpret_cast<int32_t*>(alloc(table * 4));
   ops_.state_upload(cmp_table_dev_, cmp_table_.data(), static_cast<size_t>(table) * 4);
   ops_.state_upload(swa_table_dev_, swa_table_.data(), static_cast<size_t>(table) * 4);
-  for (int64_t b = lay_.cmp_blocks - 1; b >= 0; --b) cmp_free_.push_back(static_cast<int32_t>(b));
-  for (int64_t b = lay_.swa_blocks - 1; b >= 0; --b) swa_free_.push_back(static_cast<int32_t>(b));
+  fill_free_lists();
   cmp_refs_.assign(static_cast<size_t>(lay_.cmp_blocks), 0);
   swa_refs_.assign(static_cast<size_t>(lay_.swa_blocks), 0);
   slot_used_.assign(static_cast<size_t>(S), false);
 }
 
 StatePool::~StatePool() = default;
+
+void StatePool::fill_free_lists() {  // every block free, the lowest taken first
+  cmp_free_.clear();
+  swa_free_.clear();
+  for (int64_t b = lay_.cmp_blocks - 1; b >= 0; --b) cmp_free_.push_back(static_cast<int32_t>(b));
+  for (int64_t b = lay_.swa_blocks - 1; b >= 0; --b) swa_free_.push_back(static_cast<int32_t>(b));
+}
 
 const int32_t* StatePool::cmp_table() const { return cmp_table_dev_; }
 const int32_t* StatePool::swa_table() const { return swa_table_dev_; }
@@ -441,6 +447,14 @@ void StatePool::sync_tables() {
     i = j;
   }
   dirty_.clear();
+}
+
+void StatePool::limit(int64_t cmp, int64_t swa) {
+  HS_CHECK(slots_used_ == 0, "internal: StatePool::limit on a pool in use");
+  HS_CHECK(cmp >= 1 && swa >= 1, "internal: StatePool::limit to ", cmp, " / ", swa, " pages");
+  lay_.cmp_blocks = std::min(lay_.cmp_blocks, cmp);
+  lay_.swa_blocks = std::min(lay_.swa_blocks, swa);
+  fill_free_lists();
 }
 
 StatePoolStats StatePool::stats() const {

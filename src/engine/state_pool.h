@@ -180,6 +180,9 @@ class StatePool {
   // page that becomes partial is copied first. Throws, changing nothing, when that cannot be.
   void truncate(SequenceState& s, int64_t n);
   void release_pages(SequenceState& s);
+  // At most cmp compressed and swa SWA pages from now on (an empty pool only; the blocks past
+  // them stay allocated, unused): the ranks of a pipeline budget by the smallest rank's pool.
+  void limit(int64_t cmp, int64_t swa);
 
   // ---- snapshots (prefix cache; engine/state_snapshot.cpp)
   // s's state at its n_past, its full pages shared (references taken).
@@ -207,6 +210,7 @@ class StatePool {
  private:
   friend class SequenceState;
   void release_slot(int slot);
+  void fill_free_lists();
   int32_t take(std::vector<int32_t>& free_list, std::vector<int32_t>& refs);
   void drop(int32_t block, std::vector<int32_t>& free_list, std::vector<int32_t>& refs);
   int32_t copy_cmp_block(int32_t src);

@@ -196,9 +196,10 @@ void Generation::on_done(FinishReason reason, const std::string& error) {
     cancel_requested = cancel_requested_;
   }
   const bool has_calls = parser_ && !parser_->result().tool_calls.empty();
-  if (reason == FinishReason::Error || !failure.empty()) {
+  if (reason == FinishReason::Error || reason == FinishReason::Unavailable || !failure.empty()) {
     o.finish = Finish::error;
     o.error = !error.empty() ? error : !failure.empty() ? failure : "generation failed";
+    if (reason == FinishReason::Unavailable) o.error_status = 503;
   } else if (reason == FinishReason::Cancelled || (cancel_requested && !saw_eos_ && !stops_.matched())) {
     o.finish = Finish::cancelled;
     o.error = "the request was cancelled";

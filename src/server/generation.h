@@ -78,6 +78,7 @@ struct GenOutcome {
   Finish finish = Finish::stop;
   std::string stop_sequence;  // Finish::stop_sequence: which one matched
   std::string error;          // Finish::error / cancelled: why
+  int error_status = 500;     // Finish::error: the HTTP status (503: the engine's pipeline went down)
   int64_t prompt_tokens = 0, completion_tokens = 0;
   int64_t reasoning_tokens = 0;  // of completion_tokens: generated inside the reasoning (chat)
   int64_t cached_tokens = 0;     // of prompt_tokens: restored from the prefix cache

@@ -39,12 +39,20 @@ LoadedModel load_model(const ModelSpec& spec) {
   if (spec.path) {
     HS_CHECK(fs::exists(*spec.path), "MODEL '", *spec.path, "' does not exist (a GGUF file or a Hugging Face directory)");
     m.tokenizer = load_tokenizer(spec);
-    m.engine = std::make_unique<Engine>(*spec.path, spec.engine);
+    if (spec.pipeline) {
+      m.pipeline = std::make_unique<DistributedEngine>(*spec.path, spec.engine, *spec.pipeline);
+      m.engine = &m.pipeline->local();
+    } else {
+      m.own = std::make_unique<Engine>(*spec.path, spec.engine);
+      m.engine = m.own.get();
+    }
     m.name = spec.name.value_or(default_name(*spec.path));
   } else {
+    HS_CHECK(!spec.pipeline, "a pipeline of processes (--rank) needs a MODEL file: every rank opens it");
     m.tokenizer = std::make_unique<Tokenizer>(spec.tokenizer ? Tokenizer::load(*spec.tokenizer) : builtin_tokenizer());
-    m.engine = std::make_unique<Engine>(
+    m.own = std::make_unique<Engine>(
         spec.synthetic ? make_synthetic_source(*spec.synthetic) : builtin_source(), spec.engine);
+    m.engine = m.own.get();
     m.name = spec.name.value_or(spec.synthetic ? synthetic_model_name(*spec.synthetic) : "hyperstream-builtin");
   }
   const int64_t vocab = m.engine->config().vocab_size;

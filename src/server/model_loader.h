@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "engine/distributed.h"
 #include "engine/engine.h"
 #include "model/synthetic.h"
 #include "tokenizer/bpe.h"
@@ -21,10 +22,15 @@ struct ModelSpec {
   std::optional<std::string> name;         // the served model id (default: from the path or the spec)
   std::optional<std::string> variant;      // chat variant "v4" | "v4-0731" (default: from the name)
   EngineOptions engine;
+  // Rank 0 of a pipeline of processes (--rank 0 --world N --coordinator; engine/distributed.h):
+  // the engine holds the first shard and steps every rank. Needs `path`.
+  std::optional<DistributedOptions> pipeline;
 };
 
 struct LoadedModel {
-  std::unique_ptr<Engine> engine;
+  std::unique_ptr<DistributedEngine> pipeline;  // ModelSpec::pipeline: it owns the engine
+  std::unique_ptr<Engine> own;
+  Engine* engine = nullptr;  // own, or the pipeline's
   std::unique_ptr<Tokenizer> tokenizer;
   std::string name;
   ChatVariant variant = ChatVariant::v4;

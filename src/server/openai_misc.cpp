@@ -26,7 +26,7 @@ const char* openai_finish_reason(Finish f) {
 ApiError outcome_error(const GenOutcome& o) {
   if (o.finish == Finish::cancelled)
     return ApiError(503, "the generation was cancelled (the server is shutting down)", {}, "cancelled");
-  return ApiError(500, "the generation failed: " + o.error);
+  return ApiError(o.error_status, "the generation failed: " + o.error);
 }
 
 ojson openai_usage(const GenOutcome& o) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/rank_link.h"
 #include "server/metrics.h"
 #include "util/log.h"
 
@@ -176,6 +177,8 @@ std::shared_ptr<Generation> Service::start(GenerationSpec spec, const char* labe
   if (metrics_) on_finish = [m = metrics_, a = std::string(label)](const GenOutcome& o) { m->record_generation(a, o); };
   try {
     return Generation::start(scheduler_, tok_, std::move(spec), std::move(on_finish));
+  } catch (const PipelineDown& e) {  // the engine's ranks are gone: nothing will be served
+    throw ApiError(503, e.what());
   } catch (const Error& e) {  // rejected by the scheduler (shutting down, bad ids)
     const bool closing = std::string_view(e.what()).find("shutting down") != std::string_view::npos;
     throw ApiError(closing ? 503 : 400, e.what());
