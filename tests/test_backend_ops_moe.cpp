@@ -393,9 +393,11 @@ TEST_F(BackendOps, MoeExpertsSkewedRouting) {
 // routed decode through the staged kernels); reference and model numerics, decode and prefill.
 TEST_F(BackendOps, MoeExpertsShared) {
   const Kind mx{hc::WType::MXFP4}, q8{hc::WType::Q8_0}, fp8{hc::WType::FP8_B128},
-      q4k{hc::WType::GGML_BLOCK, GgmlType::Q4_K}, iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS};
-  // {iq2, q8}: the shared expert's gate/up inside the IQ2_XXS tensor-core launch.
-  const std::pair<Kind, Kind> mixes[] = {{mx, q8}, {fp8, fp8}, {mx, q4k}, {q4k, q8}, {iq2, q8}};
+      q4k{hc::WType::GGML_BLOCK, GgmlType::Q4_K}, iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS},
+      q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K};
+  // {iq2, q8}: the shared expert's gate/up inside the IQ2_XXS tensor-core launch; {q2k, q8}: its
+  // down projection inside the Q2_K one.
+  const std::pair<Kind, Kind> mixes[] = {{mx, q8}, {fp8, fp8}, {mx, q4k}, {q4k, q8}, {iq2, q8}, {q2k, q8}};
   uint64_t stream = 45000;
   for (const auto& [rk, sk] : mixes) {
     const Problem p(ctx(), rk, 16, 4, 256, 256, stream += 10, &sk);
@@ -405,8 +407,8 @@ TEST_F(BackendOps, MoeExpertsShared) {
 }
 
 // DeepSeek-V4-Flash shapes: D 4096, I 2048, 256 experts, k 6 (MXFP4 with a Q8_0 shared expert
-// and FP8_B128 checked at n = 1 and 512, Q8_0, Q2_K and IQ2_XXS (the q2 mix's gate/up, with a
-// Q8_0 shared expert) at n = 1; model numerics at n = 1). Timings are printed, not asserted (events, median of 20 after a warm-up): decode (n = 1
+// and FP8_B128 checked at n = 1 and 512, Q8_0, Q2_K and IQ2_XXS (the q2 mix's down and gate/up,
+// with a Q8_0 shared expert) at n = 1; model numerics at n = 1). Timings are printed, not asserted (events, median of 20 after a warm-up): decode (n = 1
 // and 8; 16 and 32 in chunks of 8) as GB/s of the weight bytes of the distinct experts the
 // routing picks (and the shared one), n = 512 in ms per mode.
 TEST_F(BackendOps, MoeExpertsFlash) {
@@ -415,8 +417,8 @@ TEST_F(BackendOps, MoeExpertsFlash) {
   const Kind q8{hc::WType::Q8_0};
   for (const Kind& kd : kinds) {
     const bool full = kd.type == hc::WType::MXFP4 || kd.type == hc::WType::FP8_B128;  // prefill checked too
-    const Problem p(ctx(), kd, 256, 6, 4096, 2048, 42000 + static_cast<int>(kd.type) * 10,
-                    kd.type == hc::WType::MXFP4 || kd.ggml == GgmlType::IQ2_XXS ? &q8 : nullptr);
+    const bool q8_shared = kd.type == hc::WType::MXFP4 || kd.ggml == GgmlType::IQ2_XXS || kd.ggml == GgmlType::Q2_K;
+    const Problem p(ctx(), kd, 256, 6, 4096, 2048, 42000 + static_cast<int>(kd.type) * 10, q8_shared ? &q8 : nullptr);
     const std::string name = kd.name() + (p.sh ? "+Q8_0" : "");
     const double per_expert = static_cast<double>(p.w1.bytes_per_expert(p.E) * 2 + p.w2.bytes_per_expert(p.E));
     const double shared = p.sh ? static_cast<double>(p.sh->w1.bytes.size() * 2 + p.sh->w2.bytes.size()) : 0.0;
@@ -460,8 +462,9 @@ TEST_F(BackendOps, MoeExpertsFlash) {
 // The call captured once in a CUDA graph and replayed with new routing and input: the routing
 // is read on the device at replay time.
 TEST_F(BackendOps, MoeExpertsGraphReplay) {
-  // MXFP4 (the native decode kernels) and IQ2_XXS (its tensor-core gate/up kernel).
-  for (const Kind& kd : {Kind{hc::WType::MXFP4}, Kind{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}}) {
+  // MXFP4 (the native decode kernels), IQ2_XXS and Q2_K (their tensor-core gate/up and down).
+  for (const Kind& kd : {Kind{hc::WType::MXFP4}, Kind{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS},
+                         Kind{hc::WType::GGML_BLOCK, GgmlType::Q2_K}}) {
     const Problem p(ctx(), kd, 16, 4, 256, std::max<int64_t>(128, kd.block()), 43000);
     for (int64_t n : {5, 33}) {
       Bufs r(ctx(), p, p.input(n, 43100), n, make_routing(n, p.k, p.E, 43200));

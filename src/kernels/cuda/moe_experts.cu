@@ -11,7 +11,8 @@
 // and the input split into three bf16 terms (f32-exact); the other types in f32.
 // Decode with GGUF blocks (the older scheme, moe_experts_decode.cuh): two f32 weight-streaming
 // kernels (matvec.cu's scheme); IQ2_XXS gate/up (the q2 mix's) instead runs on tensor cores with
-// a Q8_0 shared expert in the same launch (moe_iq2_decode.cuh). Gate/up: row groups
+// a Q8_0 shared expert in the same launch (moe_iq2_decode.cuh), and so does Q2_K down
+// (moe_q2k_decode.cuh, its segments added by fast_combine_kernel). Gate/up: row groups
 // per (token, slot); a warp owns R rows of the slot's expert in w1 and the same rows in w3 (2R
 // streams, a 16-byte chunk per lane per step, the next step in flight; x in shared memory,
 // swizzled); split-K partials are combined in a fixed order and h = weight * swiglu_clamp(g, u)
@@ -39,6 +40,7 @@
 #include "kernels/cuda/moe_experts_decode.cuh"
 #include "kernels/cuda/moe_fast_decode.cuh"
 #include "kernels/cuda/moe_iq2_decode.cuh"
+#include "kernels/cuda/moe_q2k_decode.cuh"
 
 namespace hs::cuda {
 
@@ -607,10 +609,11 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   int* pos = reinterpret_cast<int*>(ws + L.pos);
   DecArgs ra{};
   bool shared_gate_up_done = false;  // the shared expert's h came with the routed gate/up launch
+  const bool q2k_down_tc = decode && q2k_down_ok(ctx, w2, shared, I);  // (it reads the experts by rank)
   if (decode) {
     set_weights(ra, w1, w3);
     ra.x = x, ra.idx = idx, ra.weight = weight, ra.out = h, ra.rows = I, ra.L = D, ra.k = k, ra.E = E, ra.limit = limit;
-    ra.idx_sorted = model ? perm : nullptr;
+    ra.idx_sorted = model || q2k_down_tc ? perm : nullptr;
     if (iq2_gate_up_ok(ctx, w1, D)) {  // moe_iq2_decode.cuh: tensor cores, a Q8_0 shared expert in the launch
       FastArgs fa{};
       fa.wa[0] = ra.wa, fa.wb[0] = ra.wb, fa.x = x, fa.idx = idx, fa.weight = weight, fa.out = h;
@@ -661,6 +664,22 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     else if (shared) act_quant_fp8(ctx, hs, n, I);
   }
 
+  if (q2k_down_tc) {  // moe_q2k_decode.cuh: routed and shared segments in one launch, then their sum
+    set_weights(ra, w2, w2);
+    FastArgs fa{};
+    fa.wa[0] = fa.wb[0] = ra.wa;
+    if (shared) {
+      fa.wa[1] = fa.wb[1] = static_cast<const uint8_t*>(shared->w2.data);
+      fa.sa[1] = fa.sb[1] = static_cast<const uint8_t*>(shared->w2.scales);
+    }
+    fa.x = h, fa.idx = perm, fa.out = d, fa.rows = D, fa.K = I, fa.k = k, fa.E = E, fa.limit = limit;
+    q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
+                    static_cast<unsigned>(n));
+    fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, nk, D, shared != nullptr, model, y);
+    HS_CUDA_CHECK_LAUNCH();
+    return;
+  }
   if (decode) {
     set_weights(ra, w2, w2);
     ra.x = h, ra.rows = D, ra.L = I;

@@ -95,6 +95,54 @@ __device__ __forceinline__ __nv_bfloat162 e8m0_half_bf16x2(uint32_t e) {
   return v;
 }
 
+// A warp's ring of Depth staging slots in shared memory, filled by cp.async Depth - 1 steps ahead
+// of the step it decodes (the GGUF tensor-core kernels: moe_iq2_decode.cuh, moe_q2k_decode.cuh).
+// fill(b, dst) queues step b's bytes into dst; body(b, src) decodes step b from src.
+template <int Depth>
+struct WarpRing {
+  uint8_t* base;
+  int slot_bytes;
+  int64_t b0, b1;  // the warp's steps
+  template <class Fill>
+  __device__ __forceinline__ void issue(int64_t b, int slot, Fill& fill) const {  // one group per step
+    if (b < b1) fill(b, base + slot * slot_bytes);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  }
+  template <class Fill>
+  __device__ __forceinline__ void prime(Fill& fill) const {
+    HS_UNROLL for (int d = 0; d + 1 < Depth; ++d) issue(b0 + d, d, fill);
+  }
+  template <class Fill, class Body>
+  __device__ __forceinline__ void run(Fill& fill, Body&& body) const {
+    int slot = 0;
+    for (int64_t b = b0; b < b1; ++b) {
+      issue(b + Depth - 1, (slot + Depth - 1) % Depth, fill);  // that slot was released last step
+      asm volatile("cp.async.wait_group %0;" ::"n"(Depth - 1) : "memory");
+      __syncwarp();  // every lane's bytes of step b are in
+      body(b, static_cast<const uint8_t*>(base + slot * slot_bytes));
+      __syncwarp();  // this slot is refilled next step
+      slot = slot + 1 == Depth ? 0 : slot + 1;
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  }
+};
+
+// x = t0 + t1 + t2 in bf16 (t0 = bf16(x), t1 = bf16(x - t0), t2 = bf16(x - t0 - t1): 24
+// significant bits) for four values: o[t] = (bf16x2 of v0, v1 | of v2, v3) of term t.
+__device__ __forceinline__ void bf16_terms(float (&v)[4], uint2 (&o)[3]) {
+  HS_UNROLL for (int t = 0; t < 3; ++t) {
+    uint32_t w[2];
+    HS_UNROLL for (int h = 0; h < 2; ++h) {
+      const __nv_bfloat16 lo = __float2bfloat16_rn(v[2 * h]), hi = __float2bfloat16_rn(v[2 * h + 1]);
+      v[2 * h] -= __bfloat162float(lo);  // exact: the rounding error of lo
+      v[2 * h + 1] -= __bfloat162float(hi);
+      const __nv_bfloat162 pr = __halves2bfloat162(lo, hi);
+      memcpy(&w[h], &pr, 4);
+    }
+    o[t] = make_uint2(w[0], w[1]);
+  }
+}
+
 // B terms of one input row in shared memory: group J, mma m, term t, lane c -> uint2 (b0, b1)
 // at ((J * 8 + m) * 3 + t) * 4 + c. Chunks past K are zeros.
 __device__ __forceinline__ void stage_terms(uint2* bs, const float* x, int64_t K) {
@@ -115,17 +163,9 @@ __device__ __forceinline__ void stage_terms(uint2* bs, const float* x, int64_t K
       const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x), J = i >> 5;
       if (i >= n) break;
       const int m = static_cast<int>((i >> 2) & 7), c = static_cast<int>(i & 3);
-      HS_UNROLL for (int t = 0; t < 3; ++t) {
-        uint32_t w[2];
-        HS_UNROLL for (int h = 0; h < 2; ++h) {
-          const __nv_bfloat16 lo = __float2bfloat16_rn(v[u][2 * h]), hi = __float2bfloat16_rn(v[u][2 * h + 1]);
-          v[u][2 * h] -= __bfloat162float(lo);  // exact: the rounding error of lo
-          v[u][2 * h + 1] -= __bfloat162float(hi);
-          const __nv_bfloat162 pr = __halves2bfloat162(lo, hi);
-          memcpy(&w[h], &pr, 4);
-        }
-        bs[((J * 8 + m) * 3 + t) * 4 + c] = make_uint2(w[0], w[1]);
-      }
+      uint2 o[3];
+      bf16_terms(v[u], o);
+      HS_UNROLL for (int t = 0; t < 3; ++t) bs[((J * 8 + m) * 3 + t) * 4 + c] = o[t];
     }
   }
 }

@@ -84,17 +84,9 @@ __device__ __forceinline__ void stage_iq2_terms(uint2* bs, const float* x, int64
       const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
       if (i >= n) break;
       float v[4] = {v4[u].x, v4[u].y, v4[u].z, v4[u].w};
-      HS_UNROLL for (int t = 0; t < 3; ++t) {
-        uint32_t w[2];
-        HS_UNROLL for (int h = 0; h < 2; ++h) {
-          const __nv_bfloat16 lo = __float2bfloat16_rn(v[2 * h]), hi = __float2bfloat16_rn(v[2 * h + 1]);
-          v[2 * h] -= __bfloat162float(lo);  // exact: the rounding error of lo
-          v[2 * h + 1] -= __bfloat162float(hi);
-          const __nv_bfloat162 pr = __halves2bfloat162(lo, hi);
-          memcpy(&w[h], &pr, 4);
-        }
-        bs[((i >> 2) * 3 + t) * 4 + (i & 3)] = make_uint2(w[0], w[1]);
-      }
+      uint2 o[3];
+      bf16_terms(v, o);
+      HS_UNROLL for (int t = 0; t < 3; ++t) bs[((i >> 2) * 3 + t) * 4 + (i & 3)] = o[t];
     }
   }
 }
@@ -105,7 +97,7 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   uint64_t* gtab = reinterpret_cast<uint64_t*>(smem);  // grid entry -> element j's selector byte j
   uint64_t* stab = gtab + 256;                          // sign index -> what its signs add to it
   uint2* bs = reinterpret_cast<uint2*>(smem + kIq2Tables);
-  uint8_t* ring = smem + kIq2Tables + a.K / 32 * 192;
+  uint8_t* rings = smem + kIq2Tables + a.K / 32 * 192;
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
     const uint64_t e = c_iq2xxs_grid.v[i];
     uint64_t sel = 0;
@@ -130,36 +122,29 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   const int64_t span0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16 + tr * 16;
   const int64_t gpw = (nb + a.KS - 1) / a.KS, J0 = min64(nb, ks * gpw), J1 = min64(nb, J0 + gpw);
   const int64_t e_row0 = static_cast<int64_t>(*se) * a.rows;
-  uint8_t* wring = ring + warp * kIq2Depth * kIq2Slot;
+  uint8_t* wring = rings + warp * kIq2Depth * kIq2Slot;
   // Staged row j = 16 f + i: row span0 + i of w1 (f = 0) or of w3 (f = 1); rows past the end
   // repeat the last one (computed, not stored).
   auto row_base = [&](int j) {
     const int64_t r = min64(span0 + (j & 15), a.rows - 1);
     return (j >> 4 ? a.wb[0] : a.wa[0]) + (e_row0 + r) * rb;
   };
-  auto issue = [&](int64_t b, int slot) {  // one cp.async group per step (empty past the end)
-    if (b < J1) {
-      uint8_t* st = wring + slot * kIq2Slot;
-      HS_UNROLL for (int i = 0; i < 5; ++i) {
-        const int qd = lane + 32 * i, j = qd / 5, part = qd - 5 * j;
-        const uintptr_t p = (reinterpret_cast<uintptr_t>(row_base(j) + 66 * b) & ~uintptr_t{15}) + 16 * part;
-        cp_async16(st + j * kIq2Row + 16 * part, reinterpret_cast<const uint8_t*>(p), j >> 4 ? wb_end : wa_end);
-      }
+  auto fill = [&](int64_t b, uint8_t* st) {
+    HS_UNROLL for (int i = 0; i < 5; ++i) {
+      const int qd = lane + 32 * i, j = qd / 5, part = qd - 5 * j;
+      const uintptr_t p = (reinterpret_cast<uintptr_t>(row_base(j) + 66 * b) & ~uintptr_t{15}) + 16 * part;
+      cp_async16(st + j * kIq2Row + 16 * part, reinterpret_cast<const uint8_t*>(p), j >> 4 ? wb_end : wa_end);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
   };
-  HS_UNROLL for (int d = 0; d + 1 < kIq2Depth; ++d) issue(J0 + d, d);
+  const WarpRing<kIq2Depth> ring{wring, kIq2Slot, J0, J1};
+  ring.prime(fill);
   stage_iq2_terms(bs, a.x + static_cast<int64_t>(t) * K, K);  // while the first steps load
   __syncthreads();
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
   float acc[2][2] = {};
-  int slot = 0;
-  for (int64_t b = J0; b < J1; ++b) {
-    issue(b + kIq2Depth - 1, (slot + kIq2Depth - 1) % kIq2Depth);  // that slot was released last step
-    asm volatile("cp.async.wait_group %0;" ::"n"(kIq2Depth - 1) : "memory");
-    __syncwarp();  // every lane's bytes of step b are in
-    const uint32_t* st = reinterpret_cast<const uint32_t*>(wring + slot * kIq2Slot);
+  ring.run(fill, [&](int64_t b, const uint8_t* st8) {
+    const uint32_t* st = reinterpret_cast<const uint32_t*>(st8);
     int off[2][2];
     float d[2][2];
     HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
@@ -190,10 +175,7 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
         acc[f][1] = fmaf(db[1], cf[2] + cf[3], acc[f][1]);
       }
     }
-    __syncwarp();  // this slot is refilled next step
-    slot = slot + 1 == kIq2Depth ? 0 : slot + 1;
-  }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  });
   // Lane c = 0 holds columns t0, t1, lane c = 1 column t2 (its second column is zero).
   float* wred = red + (ks * a.TR + tr) * 32;
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
