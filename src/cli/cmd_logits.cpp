@@ -86,12 +86,7 @@ int run_rank(const ParsedArgs& a, const EngineOptions& opts, const DistributedOp
     if (const long long k = a.get_int("top", 0); k > 0) print_top(logits.data() + (T - 1) * V, V, T, k);
     return 0;
   } catch (const std::exception& e) {
-    // The pipeline is down (the peers were told, NCCL aborted). Leave at once rather than tear
-    // down device state behind an aborted communicator (whose teardown may wait for a dead rank).
-    std::fprintf(stderr, "hyperstream logits: error: %s\n", e.what());
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
+    leave_after_pipeline_failure(cat("hyperstream logits: error: ", e.what()));
   }
 }
 

@@ -241,8 +241,10 @@ int cmd_serve(const Args& args) {
 
   const server::LoadedModel model = server::load_model(model_spec);
   SchedulerOptions sched_opts = scheduler_options_from(a, *model.engine, max_seqs);
-  // A pipeline that goes down ends every request with 503; then the server stops as on SIGTERM.
-  if (model.pipeline) sched_opts.on_down = [](const std::string&) { ::kill(::getpid(), SIGTERM); };
+  // A pipeline that goes down (in a step, or between steps: the idle watcher below) ends every
+  // request with 503; then the server stops as on SIGTERM.
+  const auto stop_serving = [](const std::string&) { ::kill(::getpid(), SIGTERM); };
+  if (model.pipeline) sched_opts.on_down = stop_serving;
   std::unique_ptr<PrefixCache> cache;  // (before the scheduler: it outlives it)
   if (prefix_cache) {
     cache = std::make_unique<PrefixCache>(*model.engine, cache_opts);
@@ -268,11 +270,11 @@ int cmd_serve(const Args& args) {
   else
     std::fprintf(stderr, "hyperstream serve: speculative decoding off%s\n",
                  model_spec.engine.draft == "auto" ? " (--draft auto: the model has no DSpark drafter or MTP block)" : "");
-  // A rank lost while nothing runs stops the server too (the next step would find it gone).
-  if (model.pipeline) model.pipeline->watch_when_idle([](const std::string&) { ::kill(::getpid(), SIGTERM); });
-  if (model.pipeline)
+  if (model.pipeline) {
+    model.pipeline->watch_when_idle(stop_serving);
     std::fprintf(stderr, "hyperstream serve: rank 0 of %d: layers [%d, %d) here, the rest on the other ranks\n",
                  model.pipeline->world(), model.pipeline->layer_begin(), model.pipeline->layer_end());
+  }
   if (!cache) {
     std::fprintf(stderr, "hyperstream serve: prefix cache off%s\n",
                  model.pipeline ? " (it does not span the ranks of a pipeline)" : "");

@@ -118,16 +118,18 @@ int pipeline_rank(const char* cmd, const EngineOptions& opts, const DistributedO
     std::fprintf(stderr, "%s: rank %d: shut down by rank 0\n", cmd, d.rank);
     return 0;
   } catch (const std::exception& e) {
-    // The pipeline is down (the peers were told, NCCL aborted). Leave at once rather than tear
-    // down device state behind an aborted communicator (whose teardown may wait for a dead rank).
-    std::fprintf(stderr, "hyperstream %s: rank %d: error: %s\n", cmd, d.rank, e.what());
-    std::fflush(stdout);
-    std::fflush(stderr);
-    std::_Exit(1);
+    leave_after_pipeline_failure(cat("hyperstream ", cmd, ": rank ", d.rank, ": error: ", e.what()));
   }
 }
 
 }  // namespace
+
+void leave_after_pipeline_failure(const std::string& msg) {
+  std::fprintf(stderr, "%s\n", msg.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(1);
+}
 
 int run_pipeline_rank(const char* cmd, const std::string& model, const EngineOptions& opts, const DistributedOptions& d) {
   return pipeline_rank(cmd, opts, d, [&] { return std::make_unique<DistributedEngine>(model, opts, d); });

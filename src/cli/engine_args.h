@@ -32,6 +32,10 @@ std::vector<OptionSpec> distributed_option_specs();
 // nullopt when none of --rank/--world/--coordinator is given; otherwise all three must be, and
 // they are checked against the engine options (engine/distributed.h validate).
 std::optional<DistributedOptions> distributed_options(const ParsedArgs& a, const EngineOptions& eo);
+// A pipeline's process after its failure (the peers were told, NCCL aborted): prints `msg` and
+// leaves at once, rather than tear down device state behind an aborted communicator (whose
+// teardown may wait for a dead rank).
+[[noreturn]] void leave_after_pipeline_failure(const std::string& msg);
 // A rank > 0 of a pipeline (`cmd` names the command in messages): joins, runs rank 0's steps
 // until it says shutdown (returns 0) or the pipeline fails (prints why, leaves with status 1).
 int run_pipeline_rank(const char* cmd, const std::string& model, const EngineOptions& opts, const DistributedOptions& d);

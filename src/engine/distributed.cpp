@@ -538,7 +538,6 @@ DistributedEngine::DistributedEngine(std::unique_ptr<ModelSource> src, const std
   Hello mine;
   try {
     validate(d, opts);
-    I.device_name = opts.device;
     I.device = rank_device_id(opts.device);
 #ifndef HS_HAVE_NCCL
     HS_CHECK(!I.gpu(), "--rank/--world on ", opts.device, ": this build has no NCCL (configure with -DHS_CUDA=ON "

@@ -32,7 +32,6 @@ inline double seconds_since(Clock::time_point t0) {
 
 struct DistributedEngine::Impl final : RankLink {
   DistributedOptions d;
-  std::string device_name;
   int device = -1;  // cuda:N; -1: a CPU rank (the data goes over TCP)
   std::vector<int> split;
   std::unique_ptr<Engine> eng;

@@ -69,7 +69,7 @@ uint64_t Scheduler::submit(GenerationRequest req) {
            pages.token_capacity / engine_.state_layout(0).page, " (", pages.token_capacity,
            " tokens; more with --state-memory)");
   std::lock_guard<std::mutex> lk(mu_);
-  if (!down_.empty()) throw PipelineDown(cat("the model's pipeline of processes is down: ", down_));
+  if (!down_.empty()) throw PipelineDown(down_);
   HS_CHECK(!draining_ && !stop_, "the server is shutting down");
   const uint64_t id = next_id_++;
   queue_.emplace_back(id, std::move(req));
@@ -252,14 +252,14 @@ void Scheduler::keep_snapshot(Slot& s, std::span<const int32_t> tokens) {
 // later submits are refused.
 void Scheduler::go_down(const std::string& why) {
   log_warn("the engine's pipeline went down: ", why);
+  const std::string msg = cat("the model's pipeline of processes is down: ", why);
   std::deque<std::pair<uint64_t, GenerationRequest>> queued;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    down_ = why;
+    down_ = msg;
     queued.swap(queue_);
     stats_.queue_depth = 0;
   }
-  const std::string msg = cat("the model's pipeline of processes is down: ", why);
   for (auto& s : slots_)
     if (s->busy) finish(*s, FinishReason::Unavailable, msg);
   for (auto& [id, req] : queued)

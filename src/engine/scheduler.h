@@ -105,7 +105,7 @@ struct SchedulerOptions {
   float draft_confidence = 0.5f;
   // Called once (on the scheduler's thread) when the engine's pipeline of ranks goes down: every
   // request then ends as Unavailable and submit refuses with PipelineDown (serve exits).
-  std::function<void(const std::string& why)> on_down;
+  std::function<void(const std::string& why)> on_down = nullptr;
 };
 
 struct SchedulerStats {
@@ -197,7 +197,7 @@ class Scheduler {
   double draft_prior_ = DraftLength::kStart;
   int probe_prior_ = DraftLength::kProbeMin;  // the probe interval the last greedy drafting request ended at
   bool stop_ = false, draining_ = false;
-  std::string down_;  // why the pipeline went down (empty: it is up)
+  std::string down_;  // what submit answers once the pipeline went down (empty: it is up)
   std::thread thread_;
 };
 
