@@ -2,9 +2,12 @@
 // measured device-to-device copy. Not run by CI (it needs a GPU); see docs/performance-kernels.md.
 //
 //   bench_matvec_cuda [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants]
-//                     [--gguf [--quants DIR]]
+//                     [--gguf [--quants DIR]] [--cols]
 //
 // --variants also times the batch-1 kernel with 1, 2 and 4 rows per warp (graph replay).
+// --cols times n = 2, 4, 8, 16 and 32 columns on every shape (else 2..8 on wq_b only), and for
+// Q8_0, FP8_B128, F16 and BF16 both kernels: the f32 one ("f32"; past 8 columns the tiled GEMM, "tiled")
+// and the tensor-core one ("mma", matvec_mma.cu), at n = 1 too.
 // --gguf times every GGUF block type instead (upload_gguf_weight: the generic GGML_BLOCK
 // kernels of matvec_ggml.cu; Q8_0 and MXFP4 both repacked and as blocks, "/gen"), batch 1, at
 // the expert shapes and wq_b. Weights tile the valid blocks of the quant fixtures in DIR
@@ -43,7 +46,8 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
 }
 
 // kind 0: random bytes; 1: e4m3 bytes without NaN; 2: e8m0 bytes in [lo, lo+span); 3: f32 in
-// [-1,1); 4: bf16 in [-1,1); 5: f16 in [-1,1) ; 6: f16 Q8_0 scales (small).
+// [-1,1); 4: bf16 in [-1,1); 5: f16 in [-1,1) ; 6: f16 Q8_0 scales (small); 7: f32 in [-1,1)
+// that are bf16 values (model numerics' FP8-quantised inputs are).
 __global__ void fill_kernel(uint8_t* p, int64_t n_bytes, uint64_t seed, int kind, int lo, int span) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint64_t h = mix64(seed * 0x100000001b3ull + static_cast<uint64_t>(i));
@@ -60,8 +64,9 @@ __global__ void fill_kernel(uint8_t* p, int64_t n_bytes, uint64_t seed, int kind
         break;
       }
       case 3:
+      case 7:
         if (i >= n_bytes / 4) return;
-        reinterpret_cast<float*>(p)[i] = u;
+        reinterpret_cast<float*>(p)[i] = kind == 7 ? __uint_as_float(__float_as_uint(u) & 0xffff0000u) : u;
         break;
       case 4:
         if (i >= n_bytes / 2) return;
@@ -243,7 +248,7 @@ int main(int argc, char** argv) {
   int reps = 30, device = 0;
   bool quick = false;
   std::string only, shape_filter;
-  bool variants = false, gguf = false;
+  bool variants = false, gguf = false, cols = false;
   std::string quants = "tests/data/quants";
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::atoi(argv[++i]);
@@ -253,11 +258,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) shape_filter = argv[++i];
     else if (!std::strcmp(argv[i], "--variants")) variants = true;
     else if (!std::strcmp(argv[i], "--gguf")) gguf = true;
+    else if (!std::strcmp(argv[i], "--cols")) cols = true;
     else if (!std::strcmp(argv[i], "--quants") && i + 1 < argc) quants = argv[++i];
     else {
       std::fprintf(stderr,
                    "usage: %s [--reps N] [--device D] [--quick] [--only TYPE] [--shape NAME] [--variants] [--gguf "
-                   "[--quants DIR]]\n",
+                   "[--quants DIR]] [--cols]\n",
                    argv[0]);
       return 2;
     }
@@ -311,26 +317,33 @@ int main(int argc, char** argv) {
         const int copies = static_cast<int>(std::clamp<size_t>((rotate_bytes + wbytes - 1) / wbytes, 1, 128));
         std::vector<Weight> ws;
         for (int c = 0; c < copies; ++c) ws.push_back(make_weight(ctx, t, s.out, s.in, ++seed));
-        const int nmax = 8;
+        const int nmax = 32;
         hc::DeviceBuffer x = ctx.alloc(static_cast<size_t>(nmax * s.in) * 4), y = ctx.alloc(static_cast<size_t>(nmax * s.out) * 4);
         fill(ctx, x.data(), nmax * s.in * 4, ++seed, 3);
-        for (int n : {1, 2, 4, 8}) {
-          if (n > 1 && (quick || s.out != 32768)) continue;  // multi-column scaling on one shape only
-          // rpw < 0: matmul (the default kernel); else matvec_variant with that many rows per warp.
-          auto pass_with = [&](int rpw) {
+        hc::DeviceBuffer xh = ctx.alloc(static_cast<size_t>(nmax * s.in) * 4);
+        fill(ctx, xh.data(), nmax * s.in * 4, ++seed, 7);
+        for (int n : {1, 2, 4, 8, 16, 32}) {
+          if (n > 1 && !cols && (quick || s.out != 32768 || n > 8)) continue;  // multi-column scaling on one shape only
+          // kAuto: matmul (the default kernel); kTiled: matmul's tiled path (GemmMode::Bf16); else
+          // matvec_variant with that many rows per warp.
+          constexpr int kAuto = -100, kTiled = -101;
+          auto pass_with = [&](int rpw, const hc::DeviceBuffer& xb) {
             for (int c = 0; c < copies; ++c) {
               const hc::WeightView& v = ws[static_cast<size_t>(c)].view;
-              if (rpw < 0) hc::matmul(ctx, v, x.as<float>(), n, y.as<float>());
-              else hc::matvec_variant(ctx, v, x.as<float>(), n, y.as<float>(), rpw);
+              if (rpw == kAuto) hc::matmul(ctx, v, xb.as<float>(), n, y.as<float>());
+              else if (rpw == kTiled) hc::matmul(ctx, v, xb.as<float>(), n, y.as<float>(), hc::GemmMode::Bf16);
+              else hc::matvec_variant(ctx, v, xb.as<float>(), n, y.as<float>(), rpw);
             }
           };
-          auto graph_per = [&](int rpw) { return graph_ms_per_launch(ctx, reps, copies, [&] { pass_with(rpw); }); };
-          const double stream_per = time_ms(ctx, 2, reps, [&] { pass_with(-1); }) / copies;
-          const double per = graph_per(-1);
+          auto graph_per = [&](int rpw, const hc::DeviceBuffer& xb) {
+            return graph_ms_per_launch(ctx, reps, copies, [&] { pass_with(rpw, xb); });
+          };
+          const double stream_per = time_ms(ctx, 2, reps, [&] { pass_with(kAuto, x); }) / copies;
+          const double per = graph_per(kAuto, x);
           if (variants && n == 1) {
             char line[256];
             std::snprintf(line, sizeof line, "| %s | %s | %.2f | %.2f | %.2f | %.2f |", hc::wtype_name(t), s.what, per * 1e3,
-                          graph_per(1) * 1e3, graph_per(2) * 1e3, graph_per(4) * 1e3);
+                          graph_per(1, x) * 1e3, graph_per(2, x) * 1e3, graph_per(4, x) * 1e3);
             variant_rows.emplace_back(line);
           }
           const double bytes = static_cast<double>(wbytes) + 4.0 * n * (s.in + s.out);
@@ -339,6 +352,15 @@ int main(int argc, char** argv) {
           std::printf("| %s | %lldx%lld | %s | %d | %.2f | %.2f | %.0f | %.0f%% | %.2f |\n", hc::wtype_name(t),
                       static_cast<long long>(s.out), static_cast<long long>(s.in), s.what, n, bytes / 1e6,
                       per * 1e3, gbs, 100.0 * gbs / copy_gbs, stream_per * 1e3);
+          const bool mma_type = t != hc::WType::F32 && t != hc::WType::MXFP4;
+          if (cols && mma_type) {  // x of bf16 values (one mma term) and of f32 ones (three)
+            const bool wide = n > hc::kMatvecMaxCols;  // past the f32 kernel: the tiled GEMM instead
+            const double f32 = graph_per(wide ? kTiled : 4, x), mma = graph_per(hc::kMatvecTensorCores, xh),
+                         mma3 = graph_per(hc::kMatvecTensorCores, x);
+            std::printf("|   %s kernels | | %s | %d | | %s %.2f / mma %.2f (f32 x: %.2f) | %.0f / %.0f | | |\n",
+                        hc::wtype_name(t), s.what, n, wide ? "tiled" : "f32", f32 * 1e3, mma * 1e3, mma3 * 1e3, bytes / (f32 * 1e-3) / 1e9,
+                        bytes / (mma * 1e-3) / 1e9);
+          }
           std::fflush(stdout);
         }
       }

@@ -266,7 +266,8 @@ std::vector<float> cpu_grouped_matmul(const HostWeight& w, int groups, const std
 }
 
 // matmul(W, x) for n columns on a poisoned y vs the first n rows of ref; tolerance 1e-5 for the
-// f32 paths, 1e-2 where the tiled path uses bf16 tensor cores (n > 8, weights not F32).
+// f32-exact paths (weight streaming, the tensor-core matvec), 1e-2 where the tiled path uses bf16
+// tensor cores (weights not F32).
 void check_matmul_n(hc::DeviceContext& c, const hc::WeightView& w, const float* x, float* y,
                     const std::vector<float>& ref, int64_t n, bool f32_weights, const std::string& prefix,
                     const std::string& type, const std::string& shape, const std::string& what) {
@@ -276,9 +277,10 @@ void check_matmul_n(hc::DeviceContext& c, const hc::WeightView& w, const float* 
   std::vector<float> got(static_cast<size_t>(n * w.rows));
   c.download(got.data(), y, got.size() * sizeof(float));
   const std::vector<float> want(ref.begin(), ref.begin() + n * w.rows);
-  const bool tiled = n > hc::kMatvecMaxCols;
-  check(prefix + (tiled ? "matmul-tiled" : "matvec"), type, shape + " n=" + std::to_string(n) + " " + what, got, want,
-        tiled && !f32_weights ? 1e-2 : 1e-5);
+  const hc::MatmulPath path = hc::matmul_path(w, n, hc::GemmMode::Auto);
+  const bool tiled = path == hc::MatmulPath::Tiled;
+  check(prefix + (tiled ? "matmul-tiled" : path == hc::MatmulPath::TensorCores ? "matvec-mma" : "matvec"), type,
+        shape + " n=" + std::to_string(n) + " " + what, got, want, tiled && !f32_weights ? 1e-2 : 1e-5);
 }
 
 const hc::WType kAllTypes[] = {hc::WType::F32, hc::WType::F16, hc::WType::BF16,

@@ -71,8 +71,8 @@ TEST_F(BackendOps, MatmulAllTypes) {
       // buffers: the launch needs the raised limit; DSpark's main_proj is 4096 x 12288)
       {512, 12288, "dspark main_proj"}, {256, 6144, "48 KB at n=2"}, {256, 1536, "48 KB at n=8"},
   };
-  const int64_t ns[] = {1, 2, 3, 5, 8, 17};
-  const int64_t nmax = 17;
+  const int64_t ns[] = {1, 2, 3, 5, 8, 17, 40};  // 17: the tensor-core matvec for its types; 40: tiled for all
+  const int64_t nmax = 40;
   uint64_t stream = 100;
   for (hc::WType t : kAllTypes) {
     for (const Shape& s : shapes) {
@@ -105,7 +105,7 @@ TEST_F(BackendOps, MatmulAllTypes) {
         dy.poison();
         hc::matmul(ctx(), dw.view, dx.p(), nmax, dy.p(), m);
         check(m == hc::GemmMode::F32 ? "matmul-tiled-f32" : "matmul-tiled-bf16", hc::wtype_name(t),
-              dims({s.out, s.in}) + " n=17", dy.get(), ref, m == hc::GemmMode::F32 ? 1e-5 : 1e-2);
+              dims({s.out, s.in}) + " n=40", dy.get(), ref, m == hc::GemmMode::F32 ? 1e-5 : 1e-2);
       }
     }
   }
@@ -132,6 +132,59 @@ TEST_F(BackendOps, MatmulLeadingDimensions) {
   }
 }
 
+// Q8_0, FP8_B128, F16 and BF16 at n <= 32 on tensor cores (matvec_mma.cu) against the CPU twin and
+// against the f32 kernel, with f32 inputs (three bf16 terms), bf16-exact inputs as model
+// numerics' FP8-quantised or BF16-rounded ones (one term), and a mix of both in one launch;
+// repeated launches bit-identical.
+TEST_F(BackendOps, MatmulTensorCores) {
+  struct Shape {
+    int64_t out, in;
+    const char* what;
+  };
+  const Shape shapes[] = {{37, 256, "odd"},   {300, 512, "small"},     {1024, 4096, "wq_a"},
+                          {4096, 8192, "wo_b"}, {32768, 1024, "wq_b"}, {129, 96, "3 blocks per row"}};
+  const int64_t nmax = hc::kMatvecMmaMaxCols;
+  uint64_t stream = 4100;
+  for (hc::WType wt : {hc::WType::Q8_0, hc::WType::FP8_B128, hc::WType::F16, hc::WType::BF16}) {
+    for (const Shape& s : shapes) {
+      if (wt != hc::WType::Q8_0 && s.out * s.in > (int64_t{1} << 24)) continue;  // Flash-sized: Q8_0 only
+      const char* type = hc::wtype_name(wt);
+      const HostWeight hw = make_weight(wt, s.out, s.in, ++stream);
+      hc::DeviceWeight dw = upload(ctx(), hw);
+      std::vector<float> x = randv(static_cast<size_t>(nmax * s.in), ++stream);
+      for (const char* input : {"f32", "bf16", "mixed"}) {
+        std::vector<float> xi = x;
+        const std::string in(input);
+        for (size_t i = 0; i < xi.size(); ++i)  // "mixed": column 3 keeps its f32 values
+          if (in == "bf16" || (in == "mixed" && static_cast<int64_t>(i) / s.in != 3)) xi[i] = round_bf16(xi[i]);
+        const std::vector<float> ref = cpu_matmul(hw, xi, nmax);
+        Dev<float> dx(ctx(), xi), dy(ctx(), static_cast<size_t>(nmax * s.out));
+        for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 24, 31, 32}) {
+          const std::string shape = dims({s.out, s.in}) + " n=" + std::to_string(n) + " x " + in + " " + s.what;
+          const std::vector<float> want(ref.begin(), ref.begin() + n * s.out);
+          std::vector<float> got[2];
+          for (int k = 0; k < 2; ++k) {
+            dy.poison();
+            hc::matvec_variant(ctx(), dw.view, dx.p(), n, dy.p(), hc::kMatvecTensorCores);
+            got[k] = dy.get();
+            got[k].resize(static_cast<size_t>(n * s.out));
+          }
+          check("matvec-mma", type, shape, got[0], want, 1e-5);
+          int64_t diff = 0;
+          for (size_t i = 0; i < got[0].size(); ++i) diff += std::memcmp(&got[0][i], &got[1][i], 4) != 0;
+          check_exact("matvec-mma-rerun", type, shape, diff);
+          if (n > hc::kMatvecMaxCols) continue;
+          dy.poison();
+          hc::matvec_variant(ctx(), dw.view, dx.p(), n, dy.p(), 4);  // the f32 kernel, kept for R != 0
+          std::vector<float> f32 = dy.get();
+          f32.resize(static_cast<size_t>(n * s.out));
+          check("matvec-f32", type, shape, f32, want, 1e-5);
+        }
+      }
+    }
+  }
+}
+
 TEST_F(BackendOps, VocabMatvec) {  // the LM head: 129280 x 4096, batch 1
   const int64_t V = 129280, D = 4096;
   const HostWeight hw = make_weight(hc::WType::BF16, V, D, 9001);
@@ -147,9 +200,9 @@ TEST_F(BackendOps, VocabMatvec) {  // the LM head: 129280 x 4096, batch 1
 TEST_F(BackendOps, GroupedMatmulWoA) {  // wo_a: 8 groups of [1024, 4096] over x [n, 8*4096]
   const int groups = 8;
   const int64_t R = 1024, in = 4096;
-  for (hc::WType t : {hc::WType::BF16, hc::WType::FP8_B128}) {
+  for (hc::WType t : {hc::WType::BF16, hc::WType::FP8_B128, hc::WType::Q8_0}) {
     const HostWeight hw = make_weight(t, groups * R, in, 9100 + static_cast<int>(t));
-    for (int64_t n : {1, 3, 12}) {
+    for (int64_t n : {1, 3, 8, 12, 40}) {
       const std::vector<float> x = randv(static_cast<size_t>(n * groups * in), 9200 + n);
       const std::vector<float> ref = cpu_grouped_matmul(hw, groups, x, n);
       hc::DeviceWeight dw = upload(ctx(), hw);
@@ -157,7 +210,7 @@ TEST_F(BackendOps, GroupedMatmulWoA) {  // wo_a: 8 groups of [1024, 4096] over x
       dy.poison();
       hc::grouped_matmul(ctx(), dw.view, groups, dx.p(), n, dy.p());
       check("grouped_matmul", hc::wtype_name(t), "8x" + dims({R, in}) + " n=" + std::to_string(n), dy.get(), ref,
-            n > hc::kMatvecMaxCols ? 1e-2 : 1e-5);
+            hc::matmul_path(dw.view, n, hc::GemmMode::Auto) == hc::MatmulPath::Tiled ? 1e-2 : 1e-5);
     }
   }
 }

@@ -464,7 +464,8 @@ class CudaOps : public Ops {
     s += std::to_string(W.cols);
     s += ' ';
     s += cuda::wtype_name(weight(W).type);
-    s += n > cuda::kMatvecMaxCols ? " gemm" : " matvec";
+    s += ' ';
+    s += cuda::matmul_path_name(cuda::matmul_path(weight(W), n, gemm_mode()));
     return s;
   }
 

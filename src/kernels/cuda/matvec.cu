@@ -14,6 +14,9 @@
 // with shuffles and across the S splits in shared memory, in a fixed order: results are
 // reproducible run to run.
 //
+// Q8_0, FP8_B128, F16 and BF16 at 3 or 5 <= n <= 32: the same product on tensor cores
+// (matvec_mma.cu; where it measured faster, mma_matvec_default), x read in place.
+//
 // n > 8 (prefill): tiles of W are dequantized to bf16 (or f32) in the scratch arena and
 // multiplied with cuBLAS.
 //
@@ -354,6 +357,9 @@ void launch_matvec(DeviceContext& ctx, MvArgs a, int groups, int rpw) {
 
 void matvec_dispatch(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int64_t ldx,
                      int64_t ldy, int groups, int64_t rows_per_group, int64_t x_group, int rpw = 0) {
+  // The tensor-core kernel reads x in place (no staging).
+  if (rpw == kMatvecTensorCores || (rpw == 0 && mma_matvec_default(W, n)))
+    return mma_matvec(ctx, W, x, n, y, ldx, ldy, groups, rows_per_group, x_group);
   // Columns go in batches small enough for x to fit in shared memory (x: batch * cols floats).
   const size_t optin = ctx.props().sharedMemPerBlockOptin;
   const size_t reserve = W.type == WType::GGML_BLOCK ? ggml_matvec_smem_reserve(W.ggml) : 4096;
@@ -547,6 +553,15 @@ void dequantize_rows(DeviceContext& ctx, const WeightView& W, const int32_t* row
   dequant_launch(ctx, W, rows, r0, n, out);
 }
 
+MatmulPath matmul_path(const WeightView& W, int64_t n, GemmMode mode) {
+  if (n <= kMatvecMaxCols) return mma_matvec_default(W, n) ? MatmulPath::TensorCores : MatmulPath::Matvec;
+  return mode != GemmMode::Bf16 && mma_matvec_default(W, n) ? MatmulPath::TensorCores : MatmulPath::Tiled;
+}
+
+const char* matmul_path_name(MatmulPath p) {
+  return p == MatmulPath::Matvec ? "matvec" : p == MatmulPath::TensorCores ? "mma" : "gemm";
+}
+
 void matmul(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, GemmMode mode, int64_t ldx,
             int64_t ldy) {
   check_weight(W);
@@ -556,15 +571,20 @@ void matmul(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, 
   HS_CHECK(ldx >= W.cols && ldy >= W.rows && ldx % 4 == 0, "matmul: bad leading dimensions ", ldx, "/", ldy);
   HS_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "matmul: x must be 16-byte aligned");
   DeviceGuard g(ctx.device());
-  if (n <= kMatvecMaxCols) matvec_dispatch(ctx, W, x, n, y, ldx, ldy, 1, W.rows, 0);
-  else gemm_tiled(ctx, W, x, n, y, mode, ldx, ldy);
+  switch (matmul_path(W, n, mode)) {
+    case MatmulPath::Tiled: return gemm_tiled(ctx, W, x, n, y, mode, ldx, ldy);
+    case MatmulPath::TensorCores: return mma_matvec(ctx, W, x, n, y, ldx, ldy, 1, W.rows, 0);
+    case MatmulPath::Matvec: return matvec_dispatch(ctx, W, x, n, y, ldx, ldy, 1, W.rows, 0);
+  }
 }
 
 void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int rows_per_warp) {
   check_weight(W);
-  HS_CHECK(n >= 1 && n <= kMatvecMaxCols, "matvec_variant: n must be 1..", kMatvecMaxCols, ", got ", n);
-  HS_CHECK(rows_per_warp == 0 || rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4,
-           "matvec_variant: rows per warp must be 0, 1, 2 or 4");
+  const int64_t nmax = rows_per_warp == kMatvecTensorCores ? kMatvecMmaMaxCols : kMatvecMaxCols;
+  HS_CHECK(n >= 1 && n <= nmax, "matvec_variant: n must be 1..", nmax, ", got ", n);
+  HS_CHECK(rows_per_warp == 0 || rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4 ||
+               (rows_per_warp == kMatvecTensorCores && mma_matvec_supported(W)),
+           "matvec_variant: rows per warp must be 0, 1, 2 or 4 (or kMatvecTensorCores for Q8_0, FP8_B128, F16 or BF16 weights)");
   HS_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "matmul: x must be 16-byte aligned");
   DeviceGuard g(ctx.device());
   matvec_dispatch(ctx, W, x, n, y, W.cols, W.rows, 1, W.rows, 0, rows_per_warp);
@@ -578,9 +598,10 @@ void grouped_matmul(DeviceContext& ctx, const WeightView& W, int groups, const f
   if (n <= 0) return;
   const int64_t R = W.rows / groups;
   DeviceGuard g(ctx.device());
-  if (n <= kMatvecMaxCols) {
-    matvec_dispatch(ctx, W, x, n, y, groups * W.cols, W.rows, groups, R, W.cols);
-    return;
+  switch (matmul_path(W, n, mode)) {
+    case MatmulPath::TensorCores: return mma_matvec(ctx, W, x, n, y, groups * W.cols, W.rows, groups, R, W.cols);
+    case MatmulPath::Matvec: return matvec_dispatch(ctx, W, x, n, y, groups * W.cols, W.rows, groups, R, W.cols);
+    case MatmulPath::Tiled: break;
   }
   for (int gi = 0; gi < groups; ++gi)
     gemm_tiled(ctx, W.slice_rows(gi * R, R), x + gi * W.cols, n, y + gi * R, mode, groups * W.cols, W.rows);

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/moe_cuda.h"
 #include "kernels/cuda/quant_decode.cuh"
 #include "kernels/cuda/quant_sim.cuh"
@@ -77,19 +78,6 @@ __device__ __forceinline__ void cp_async16(void* dst, const uint8_t* src, const 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(src));
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);  // a in the low half
-  uint32_t u;
-  memcpy(&u, &h, 4);
-  return u;
-}
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 }  // namespace
 }  // namespace hs::cuda

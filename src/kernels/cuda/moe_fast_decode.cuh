@@ -127,22 +127,6 @@ struct WarpRing {
   }
 };
 
-// x = t0 + t1 + t2 in bf16 (t0 = bf16(x), t1 = bf16(x - t0), t2 = bf16(x - t0 - t1): 24
-// significant bits) for four values: o[t] = (bf16x2 of v0, v1 | of v2, v3) of term t.
-__device__ __forceinline__ void bf16_terms(float (&v)[4], uint2 (&o)[3]) {
-  HS_UNROLL for (int t = 0; t < 3; ++t) {
-    uint32_t w[2];
-    HS_UNROLL for (int h = 0; h < 2; ++h) {
-      const __nv_bfloat16 lo = __float2bfloat16_rn(v[2 * h]), hi = __float2bfloat16_rn(v[2 * h + 1]);
-      v[2 * h] -= __bfloat162float(lo);  // exact: the rounding error of lo
-      v[2 * h + 1] -= __bfloat162float(hi);
-      const __nv_bfloat162 pr = __halves2bfloat162(lo, hi);
-      memcpy(&w[h], &pr, 4);
-    }
-    o[t] = make_uint2(w[0], w[1]);
-  }
-}
-
 // B terms of one input row in shared memory: group J, mma m, term t, lane c -> uint2 (b0, b1)
 // at ((J * 8 + m) * 3 + t) * 4 + c. Chunks past K are zeros.
 __device__ __forceinline__ void stage_terms(uint2* bs, const float* x, int64_t K) {

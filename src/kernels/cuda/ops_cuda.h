@@ -82,10 +82,22 @@ void grouped_matmul(DeviceContext& ctx, const WeightView& W, int groups, const f
                     GemmMode mode = GemmMode::Auto);
 // Largest n served by the weight-streaming kernels (above it, matmul takes the tiled path).
 constexpr int64_t kMatvecMaxCols = 8;
-// Tuning and validation hook: the weight-streaming path (n <= 8, contiguous x/y). R = 0:
-// automatic, as matmul chooses (n == 1 with a native type: the kernel with the input in
-// registers); R = 1, 2 or 4: the shared-memory kernel with R rows per warp for n == 1.
-// GGML_BLOCK weights have one kernel shape (one row per warp) and ignore R.
+// Largest n of the tensor-core matvec (Q8_0, FP8_B128, F16, BF16; matvec_mma.cu): matmul also
+// takes it for some kMatvecMaxCols < n <= 32 (where it measured faster; not under
+// GemmMode::Bf16, which asks for the tiled path).
+constexpr int64_t kMatvecMmaMaxCols = 32;
+// Which kernels matmul runs for n columns: the f32 weight streaming (n <= 8), the tensor-core
+// matvec, or the tiled GEMM. (Profile rows name it.)
+enum class MatmulPath { Matvec, TensorCores, Tiled };
+MatmulPath matmul_path(const WeightView& W, int64_t n, GemmMode mode);
+const char* matmul_path_name(MatmulPath p);
+// Tuning and validation hook: the weight-streaming path (contiguous x/y). R = 0: automatic, as
+// matmul chooses for n <= 8 (n == 1 with a native type: the kernel with the input in
+// registers; Q8_0, FP8_B128, F16 and BF16 from 3 or 5 columns: the tensor-core kernel); R = 1, 2 or 4: the f32
+// shared-memory kernel (with R rows per warp for n == 1); R = kMatvecTensorCores: the
+// tensor-core kernel (Q8_0, FP8_B128, F16, BF16) at any n <= kMatvecMmaMaxCols. GGML_BLOCK weights have
+// one kernel shape (one row per warp) and ignore R.
+constexpr int kMatvecTensorCores = -1;
 void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int rows_per_warp);
 
 // ---------------------------------------------------------------------------------------

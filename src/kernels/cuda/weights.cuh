@@ -162,6 +162,22 @@ __device__ __forceinline__ uint4 ld_stream16(const void* p) {
                : "l"(p));
   return v;
 }
+__device__ __forceinline__ uint2 ld_stream8(const void* p) {
+  uint2 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  return v;
+}
+
+// ---- Q8_0, FP8_B128, F16 and BF16 on tensor cores (matvec_mma.cu)
+
+// Whether the tensor-core matvec takes W (its type, whole 32-element blocks).
+bool mma_matvec_supported(const WeightView& W);
+// Whether a matvec of n columns takes it by default (where it measured faster, n <= 32).
+bool mma_matvec_default(const WeightView& W, int64_t n);
+// One matvec_dispatch on tensor cores for 1 <= n <= kMatvecMmaMaxCols columns (same arguments
+// as matvec_dispatch; x is read in place).
+void mma_matvec(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int64_t ldx, int64_t ldy,
+                int groups, int64_t rows_per_group, int64_t x_group);
 
 // ---- GGML_BLOCK weights (matvec_ggml.cu): GGUF blocks decoded by quant_decode.cuh.
 
