@@ -358,8 +358,7 @@ void launch_matvec(DeviceContext& ctx, MvArgs a, int groups, int rpw) {
 void matvec_dispatch(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int64_t ldx,
                      int64_t ldy, int groups, int64_t rows_per_group, int64_t x_group, int rpw = 0) {
   // The tensor-core kernel reads x in place (no staging).
-  if (rpw == kMatvecTensorCores || (rpw == 0 && mma_matvec_default(W, n)))
-    return mma_matvec(ctx, W, x, n, y, ldx, ldy, groups, rows_per_group, x_group);
+  if (rpw == kMatvecTensorCores) return mma_matvec(ctx, W, x, n, y, ldx, ldy, groups, rows_per_group, x_group);
   // Columns go in batches small enough for x to fit in shared memory (x: batch * cols floats).
   const size_t optin = ctx.props().sharedMemPerBlockOptin;
   const size_t reserve = W.type == WType::GGML_BLOCK ? ggml_matvec_smem_reserve(W.ggml) : 4096;
@@ -585,6 +584,7 @@ void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int
   HS_CHECK(rows_per_warp == 0 || rows_per_warp == 1 || rows_per_warp == 2 || rows_per_warp == 4 ||
                (rows_per_warp == kMatvecTensorCores && mma_matvec_supported(W)),
            "matvec_variant: rows per warp must be 0, 1, 2 or 4 (or kMatvecTensorCores for Q8_0, FP8_B128, F16 or BF16 weights)");
+  if (rows_per_warp == 0) return matmul(ctx, W, x, n, y);  // automatic: matmul's own choice
   HS_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "matmul: x must be 16-byte aligned");
   DeviceGuard g(ctx.device());
   matvec_dispatch(ctx, W, x, n, y, W.cols, W.rows, 1, W.rows, 0, rows_per_warp);

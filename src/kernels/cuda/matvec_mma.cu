@@ -95,8 +95,8 @@ __device__ __forceinline__ uint32_t e4m3x2_bf16(uint32_t two) {
 }
 
 // Per weight type: a lane's bytes of one row per block (Raw: elements 8c..8c+7), the bf16 terms
-// of its element pair p of k-step s (elements 8c + 4s + 2p, +1: pair(r, s, p, t)), and the block
-// scale of the scaled types.
+// of its element pair p of k-step s (elements 8c + 4s + 2p, +1: pair(r, s, p, t)); the scaled
+// types' block scales come from ScaleRef (weights.cuh).
 template <WType T>
 struct MmaW;
 
@@ -109,11 +109,6 @@ struct MmaW<WType::Q8_0> {
   __device__ static void pair(const Raw& r, int s, int p, uint32_t (&t)[1]) {
     t[0] = s8x2_bf16(s ? r.y : r.x, p ? 0x4342u : 0x4140u);
   }
-  // The scale bits of block b of row `row` (f16 per 32 elements), and their value.
-  __device__ static uint16_t scale_bits(const uint8_t* s, int64_t row, int64_t b, int64_t cols) {
-    return __ldg(reinterpret_cast<const uint16_t*>(s) + row * (cols / 32) + b);
-  }
-  __device__ static float scale(uint16_t v) { return f16_bits_to_f32(v); }
 };
 
 // FP8 e4m3 with one e8m0 scale per 128 x 128 block (the official checkpoints' form).
@@ -126,10 +121,6 @@ struct MmaW<WType::FP8_B128> {
   __device__ static void pair(const Raw& r, int s, int p, uint32_t (&t)[1]) {
     t[0] = e4m3x2_bf16((s ? r.y : r.x) >> (16 * p));
   }
-  __device__ static uint16_t scale_bits(const uint8_t* s, int64_t row, int64_t b, int64_t cols) {
-    return __ldg(s + (row / 128) * ((cols + 127) / 128) + b / 4);
-  }
-  __device__ static float scale(uint16_t v) { return e8m0_to_f32(v); }
 };
 
 template <>
@@ -173,11 +164,11 @@ __device__ __forceinline__ void a_frags(const typename MmaW<T>::Raw& lo, const t
     }
 }
 
-// A lane's part of one 32-element block: the weights of rows lo and hi, their scale bits.
+// A lane's part of one 32-element block: the weights of rows lo and hi, their block scales.
 template <WType T>
 struct QmBlock {
   typename MmaW<T>::Raw ql, qh;
-  uint16_t dl, dh;
+  float dl, dh;
 };
 
 // The products of one block with one column tile: x elements 8c..8c+7 of column g (of the
@@ -214,11 +205,10 @@ __device__ __forceinline__ void mma_tile(const QmBlock<T>& k, const AFrags<MmaW<
     }
   }
   if constexpr (W::kScaled) {
-    const float sl = W::scale(k.dl), sh = W::scale(k.dh);
-    acc[0] = fmaf(f[0], sl, acc[0]);
-    acc[1] = fmaf(f[1], sl, acc[1]);
-    acc[2] = fmaf(f[2], sh, acc[2]);
-    acc[3] = fmaf(f[3], sh, acc[3]);
+    acc[0] = fmaf(f[0], k.dl, acc[0]);
+    acc[1] = fmaf(f[1], k.dl, acc[1]);
+    acc[2] = fmaf(f[2], k.dh, acc[2]);
+    acc[3] = fmaf(f[3], k.dh, acc[3]);
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i] += f[i];
@@ -246,6 +236,7 @@ __global__ void __launch_bounds__(kQmThreads) mma_matvec_kernel(QmArgs a) {
   const uint8_t* wlo = a.w + (rlo * a.cols + 8 * c) * eb;
   const uint8_t* whi = a.w + (rhi * a.cols + 8 * c) * eb;
   const float* xg = a.x + group * a.x_group + g * a.ldx + 8 * c;
+  const ScaleRef sref{a.s, a.cols};  // 16-element chunk 2b holds block b's scale
   // Columns past n read nothing and multiply zeros.
   auto xload = [&](int nt, int64_t b, int h) {
     return g + 8 * nt < a.ncols ? __ldg(reinterpret_cast<const float4*>(xg + 8 * nt * a.ldx + b * 32 + 4 * h))
@@ -257,8 +248,8 @@ __global__ void __launch_bounds__(kQmThreads) mma_matvec_kernel(QmArgs a) {
       k.ql = W::load(wlo + b * 32 * eb);
       k.qh = W::load(whi + b * 32 * eb);
       if constexpr (W::kScaled) {
-        k.dl = W::scale_bits(a.s, rlo, b, a.cols);
-        k.dh = W::scale_bits(a.s, rhi, b, a.cols);
+        k.dl = sref.get(T, rlo, 2 * b);
+        k.dh = sref.get(T, rhi, 2 * b);
       }
     }
     return k;
