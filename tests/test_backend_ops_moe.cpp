@@ -240,10 +240,11 @@ struct Problem {
   std::unique_ptr<HostShared> sh;
   hc::DeviceWeight s1, s3, s2;
   float xscale = 1.0f;
+  // dk: the down projection's kind when it differs (the q2 mix: IQ2_XXS gate/up, Q2_K down).
   Problem(hc::DeviceContext& c, const Kind& kd, int E_, int k_, int64_t D_, int64_t I_, uint64_t stream,
-          const Kind* sk = nullptr)
+          const Kind* sk = nullptr, const Kind* dk = nullptr)
       : E(E_), k(k_), D(D_), I(I_), w1(make_w(kd, E_ * I_, D_, stream)), w3(make_w(kd, E_ * I_, D_, stream + 1)),
-        w2(make_w(kd, E_ * D_, I_, stream + 2)), d1(upload_w(c, w1)), d3(upload_w(c, w3)), d2(upload_w(c, w2)) {
+        w2(make_w(dk ? *dk : kd, E_ * D_, I_, stream + 2)), d1(upload_w(c, w1)), d3(upload_w(c, w3)), d2(upload_w(c, w2)) {
     if (sk) {
       sh = std::make_unique<HostShared>(HostShared{make_w(*sk, I_, D_, stream + 3), make_w(*sk, I_, D_, stream + 4),
                                                    make_w(*sk, D_, I_, stream + 5)});
@@ -277,14 +278,16 @@ struct Bufs {
         ws(c, hc::moe_experts_workspace_bytes(n, p.k, p.D, p.I, p.E)) {
     ws.poison();
   }
-  void call(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false) {
+  void call(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false,
+            int64_t grouped_from = hc::kMoeGroupedFrom) {
     const hc::MoeShared sh{p.s1.view, p.s3.view, p.s2.view};
     hc::moe_experts(c, p.d1.view, p.d3.view, p.d2.view, p.E, x.p(), n, idx.p(), wt.p(), p.k, kLimit, mode, ws.p(),
-                    y.p(), p.sh ? &sh : nullptr, model);
+                    y.p(), p.sh ? &sh : nullptr, model, grouped_from);
   }
-  std::vector<float> run(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false) {
+  std::vector<float> run(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false,
+                         int64_t grouped_from = hc::kMoeGroupedFrom) {
     y.poison();
-    call(c, p, n, mode, model);
+    call(c, p, n, mode, model, grouped_from);
     return y.get();
   }
 };
@@ -406,6 +409,37 @@ TEST_F(BackendOps, MoeExpertsShared) {
   }
 }
 
+// The q2 mix (IQ2_XXS gate/up, Q2_K down, a Q8_0 shared expert or none): the per-slot kernels
+// (n = 1) and the grouped decode (2..32 tokens, items of up to 4 tokens of one expert; skewed
+// routing puts every token on expert 3) against the twins in reference and model numerics, and
+// the grouped result per token equal to the per-slot path's in model numerics up to the
+// combine (same rounding points; the sums of a token's own inputs in another order).
+TEST_F(BackendOps, MoeExpertsQ2MixGrouped) {
+  const Kind iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}, q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K},
+      q8{hc::WType::Q8_0};
+  uint64_t stream = 47000;
+  for (bool with_shared : {true, false}) {
+    const Problem p(ctx(), iq2, 16, 4, 512, 256, stream += 10, with_shared ? &q8 : nullptr, &q2k);
+    const std::string name = std::string("IQ2_XXS+Q2_K") + (with_shared ? "+Q8_0" : "");
+    for (int64_t n : {1, 2, 3, 4, 7, 8, 9, 16, 31, 32})
+      for (bool skewed : {false, true}) {
+        if (skewed && n < 7) continue;
+        check_problem(ctx(), p, name, n, stream + n, skewed, true, false);
+      }
+    // The grouped path against the per-slot one (forced) on the same inputs, model numerics.
+    for (int64_t n : {2, 8, 32}) {
+      const Routing rt = make_routing(n, p.k, p.E, stream + 100 + n);
+      Bufs r(ctx(), p, p.input(n, stream + 200 + n, true), n, rt);
+      for (bool model : {false, true}) {
+        const std::vector<float> g = r.run(ctx(), p, n, hc::GemmMode::F32, model);
+        const std::vector<float> s = r.run(ctx(), p, n, hc::GemmMode::F32, model, hc::kMoeDecodeMaxTokens + 1);
+        check("moe-grouped-vs-slots", name, "n=" + std::to_string(n) + (model ? " model" : ""), g, s,
+              model ? 1e-2 : 1e-5);
+      }
+    }
+  }
+}
+
 // DeepSeek-V4-Flash shapes: D 4096, I 2048, 256 experts, k 6 (MXFP4 with a Q8_0 shared expert
 // and FP8_B128 checked at n = 1 and 512, Q8_0, Q2_K and IQ2_XXS (the q2 mix's down and gate/up,
 // with a Q8_0 shared expert) at n = 1; model numerics at n = 1). Timings are printed, not asserted (events, median of 20 after a warm-up): decode (n = 1
@@ -456,6 +490,26 @@ TEST_F(BackendOps, MoeExpertsFlash) {
         }
       }
     }
+  }
+}
+
+// The q2 mix at Flash shapes (IQ2_XXS gate/up, Q2_K down, Q8_0 shared; model numerics): the
+// grouped decode against the per-slot kernels, timings printed (not asserted), results checked.
+TEST_F(BackendOps, MoeExpertsQ2MixFlashTiming) {
+  const Kind iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}, q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K},
+      q8{hc::WType::Q8_0};
+  const Problem p(ctx(), iq2, 256, 6, 4096, 2048, 48000, &q8, &q2k);
+  for (int64_t n : {2, 4, 8, 16, 32}) {
+    const Routing rt = make_routing(n, p.k, p.E, 48100 + n);
+    Bufs r(ctx(), p, p.input(n, 48200 + n, true), n, rt);
+    const double g = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true); });
+    const double s =
+        median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, hc::kMoeDecodeMaxTokens + 1); });
+    std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model: grouped %7.1f us, per-slot %7.1f us\n",
+                static_cast<long long>(n), g * 1e3, s * 1e3);
+    if (n == 8 || n == 32)
+      check("moe-decode-model", "IQ2_XXS+Q2_K+Q8_0", "Flash n=" + std::to_string(n),
+            r.run(ctx(), p, n, hc::GemmMode::F32, true), p.twin(p.input(n, 48200 + n, true), n, rt, Twin::Model), 1e-2);
   }
 }
 

@@ -52,9 +52,17 @@ struct MoeShared {
 // f32 accumulation (Bf16, or Auto with other weight types: x, h and W rounded to bf16); the
 // shared expert then runs through cuda::matmul with `mode`. Results are bit-reproducible run to
 // run (no float atomics).
+//
+// The q2 mix's experts (IQ2_XXS gate/up, Q2_K down) from grouped_from (>= 2) to
+// kMoeDecodeMaxTokens tokens take the grouped decode instead: the pairs sorted by expert into
+// items of up to 4 tokens, each item reading its expert once with its tokens as tensor-core
+// columns, and the shared expert through cuda::matmul once for all tokens (f32-exact, as the
+// per-slot kernels). grouped_from is a tuning and test hook (kMoeDecodeMaxTokens + 1: never).
 constexpr int64_t kMoeDecodeMaxTokens = 32;
+constexpr int64_t kMoeGroupedFrom = 8;  // measured: 2..4 tokens were faster per slot (session 13)
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
                  const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
-                 GemmMode mode, void* workspace, float* y, const MoeShared* shared = nullptr, bool model = false);
+                 GemmMode mode, void* workspace, float* y, const MoeShared* shared = nullptr, bool model = false,
+                 int64_t grouped_from = kMoeGroupedFrom);
 
 }  // namespace hs::cuda

@@ -39,6 +39,7 @@
 #include "kernels/cuda/moe_experts_common.cuh"
 #include "kernels/cuda/moe_experts_decode.cuh"
 #include "kernels/cuda/moe_fast_decode.cuh"
+#include "kernels/cuda/moe_grouped_decode.cuh"
 #include "kernels/cuda/moe_iq2_decode.cuh"
 #include "kernels/cuda/moe_q2k_decode.cuh"
 
@@ -50,46 +51,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------
 // Prefill
-
-// Exclusive scan of one int per thread over the block; *total = the block's sum.
-__device__ int block_exscan(int v, int* ws, int* total) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  int inc = v;
-  HS_UNROLL for (int o = 1; o < 32; o <<= 1) {
-    const int u = __shfl_up_sync(kFullMask, inc, o);
-    if (lane >= o) inc += u;
-  }
-  __syncthreads();  // ws may still be read by a previous call
-  if (lane == 31) ws[warp] = inc;
-  __syncthreads();
-  int before = 0, all = 0;
-  for (int i = 0; i < nw; ++i) before += i < warp ? ws[i] : 0, all += ws[i];
-  *total = all;
-  return before + inc - v;
-}
-
-// One block of 1024 threads: counting sort of the n*k pairs by expert (perm: sorted position ->
-// pair t*k+j, pos_of: pair -> position) and the work items {expert, first position, tokens, 0}.
-__global__ void __launch_bounds__(1024) moe_sort_kernel(const int32_t* idx, int nk, int E, int* perm, int* pos_of,
-                                                        int4* items, int* n_items) {
-  __shared__ int cnt[kMoeMaxExperts], fill[kMoeMaxExperts], off[kMoeMaxExperts], ws[32];
-  const int tid = threadIdx.x;
-  for (int e = tid; e < E; e += blockDim.x) cnt[e] = fill[e] = 0;
-  __syncthreads();
-  for (int i = tid; i < nk; i += blockDim.x) atomicAdd(&cnt[clamp_e(idx[i], E)], 1);
-  __syncthreads();
-  const int c = tid < E ? cnt[tid] : 0, tiles = (c + kTok - 1) / kTok;
-  int total_c, total_t, o = block_exscan(c, ws, &total_c), ot = block_exscan(tiles, ws, &total_t);
-  if (tid < E) off[tid] = o;
-  for (int j = 0; tid < E && j < tiles; ++j) items[ot + j] = make_int4(tid, o + j * kTok, min(kTok, c - j * kTok), 0);
-  if (tid == 0) *n_items = total_t;
-  __syncthreads();
-  for (int i = tid; i < nk; i += blockDim.x) {
-    const int e = clamp_e(idx[i], E), p = off[e] + atomicAdd(&fill[e], 1);
-    perm[p] = i;
-    pos_of[i] = p;
-  }
-}
 
 struct PfArgs {
   const uint8_t *wa, *wb, *sa, *sb, *wa_end, *wb_end;
@@ -439,7 +400,8 @@ void check_view(const WeightView& w, const char* name, int64_t rows, int64_t col
 // g, u [n, I] and output [n, D] when it takes matmul; d .. n_items: the sorted path.
 // (decode: d holds the per-slot rows [n * k, D] and perm the experts in ascending order [n, k]).
 struct WsLayout { size_t h = 0, gs = 0, us = 0, ds = 0, d = 0, perm = 0, pos = 0, items = 0, n_items = 0, total = 0; };
-int64_t max_items(int64_t nk, int E) { return (nk + kTok - 1) / kTok + std::min<int64_t>(E, nk); }
+// (items of kTok tokens in prefill, of kBCols in the grouped decode)
+int64_t max_items(int64_t nk, int E) { return (nk + kBCols - 1) / kBCols + std::min<int64_t>(E, nk); }
 WsLayout ws_layout(int64_t n, int k, int64_t D, int64_t I, int E) {
   WsLayout w;
   const int64_t nk = n * k;
@@ -552,7 +514,8 @@ size_t moe_experts_workspace_bytes(int64_t n, int k, int64_t D, int64_t I, int n
 
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
                  const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
-                 GemmMode mode, void* workspace, float* y, const MoeShared* shared, bool model) {
+                 GemmMode mode, void* workspace, float* y, const MoeShared* shared, bool model,
+                 int64_t grouped_from) {
   const int E = n_experts;
   HS_CHECK(k >= 1 && k <= kMoeMaxK, "moe_experts: k must be 1..", kMoeMaxK, ", got ", k);
   HS_CHECK(E >= 1 && E <= kMoeMaxExperts, "moe_experts: n_experts must be 1..", kMoeMaxExperts, ", got ", E);
@@ -575,11 +538,13 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   }
   if (n == 0) return;
   HS_CHECK(x && y && idx && weight, "moe_experts: null input or output");
-  if (n > kMatvecMaxCols && n <= kMoeDecodeMaxTokens) {  // the decode kernels, kMatvecMaxCols tokens at a time
+  const bool grouped = n >= std::max<int64_t>(grouped_from, 2) && n <= kMoeDecodeMaxTokens &&
+                       grouped_decode_ok(ctx, w1, w2, D, I);
+  if (n > kMatvecMaxCols && n <= kMoeDecodeMaxTokens && !grouped) {  // the decode kernels, kMatvecMaxCols tokens at a time
     for (int64_t t0 = 0; t0 < n; t0 += kMatvecMaxCols) {
       const int64_t m = std::min<int64_t>(kMatvecMaxCols, n - t0);
       moe_experts(ctx, w1, w3, w2, n_experts, x + t0 * D, m, idx + t0 * k, weight + t0 * k, k, limit, mode, workspace,
-                  y + t0 * D, shared, model);
+                  y + t0 * D, shared, model, grouped_from);
     }
     return;
   }
@@ -594,6 +559,12 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   float* h = fws(L.h);  // routed rows, then the shared expert's
   float* hs = h + n * k * I;
   const int64_t nk = n * k;
+  if (grouped) {
+    const GroupedWs gw{h, fws(L.d), fws(L.gs), fws(L.us), reinterpret_cast<int*>(ws + L.perm),
+                       reinterpret_cast<int*>(ws + L.pos), reinterpret_cast<int*>(ws + L.n_items),
+                       reinterpret_cast<int4*>(ws + L.items)};
+    return grouped_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, gw, y, shared, model);
+  }
 
   // Native weights in decode: moe_fast_decode.cuh (two streaming launches and a combine).
   if (n <= kMatvecMaxCols && fast_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, ws, y, shared, model))
@@ -633,7 +604,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     const int64_t mi = max_items(nk, E);
     int4* items = reinterpret_cast<int4*>(ws + L.items);
     int* n_items = reinterpret_cast<int*>(ws + L.n_items);
-    moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, perm, pos, items, n_items);
+    moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, perm, pos, items, n_items, kTok);
     HS_CUDA_CHECK_LAUNCH();
     PfArgs p{};
     set_weights(p, w1, w3);

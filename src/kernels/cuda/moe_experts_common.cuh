@@ -79,5 +79,46 @@ __device__ __forceinline__ void cp_async16(void* dst, const uint8_t* src, const 
 }
 
 
+// Exclusive scan of one int per thread over the block; *total = the block's sum.
+__device__ int block_exscan(int v, int* ws, int* total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  int inc = v;
+  HS_UNROLL for (int o = 1; o < 32; o <<= 1) {
+    const int u = __shfl_up_sync(kFullMask, inc, o);
+    if (lane >= o) inc += u;
+  }
+  __syncthreads();  // ws may still be read by a previous call
+  if (lane == 31) ws[warp] = inc;
+  __syncthreads();
+  int before = 0, all = 0;
+  for (int i = 0; i < nw; ++i) before += i < warp ? ws[i] : 0, all += ws[i];
+  *total = all;
+  return before + inc - v;
+}
+
+// One block of 1024 threads: counting sort of the n*k pairs by expert (perm: sorted position ->
+// pair t*k+j, pos_of: pair -> position) and the work items {expert, first position, tokens, 0},
+// at most tok tokens each (prefill: kTok; grouped decode: kBCols).
+__global__ void __launch_bounds__(1024) moe_sort_kernel(const int32_t* idx, int nk, int E, int* perm, int* pos_of,
+                                                        int4* items, int* n_items, int tok) {
+  __shared__ int cnt[kMoeMaxExperts], fill[kMoeMaxExperts], off[kMoeMaxExperts], ws[32];
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += blockDim.x) cnt[e] = fill[e] = 0;
+  __syncthreads();
+  for (int i = tid; i < nk; i += blockDim.x) atomicAdd(&cnt[clamp_e(idx[i], E)], 1);
+  __syncthreads();
+  const int c = tid < E ? cnt[tid] : 0, tiles = (c + tok - 1) / tok;
+  int total_c, total_t, o = block_exscan(c, ws, &total_c), ot = block_exscan(tiles, ws, &total_t);
+  if (tid < E) off[tid] = o;
+  for (int j = 0; tid < E && j < tiles; ++j) items[ot + j] = make_int4(tid, o + j * tok, min(tok, c - j * tok), 0);
+  if (tid == 0) *n_items = total_t;
+  __syncthreads();
+  for (int i = tid; i < nk; i += blockDim.x) {
+    const int e = clamp_e(idx[i], E), p = off[e] + atomicAdd(&fill[e], 1);
+    perm[p] = i;
+    pos_of[i] = p;
+  }
+}
+
 }  // namespace
 }  // namespace hs::cuda

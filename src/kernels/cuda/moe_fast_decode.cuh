@@ -154,6 +154,92 @@ __device__ __forceinline__ void stage_terms(uint2* bs, const float* x, int64_t K
   }
 }
 
+// B columns of the GGUF tensor-core decode bodies (moe_iq2_decode.cuh, moe_q2k_decode.cuh): the
+// mma's N holds kBCols staged columns (the rest are zeros). One term: column j is bf16(x_j) of
+// input row j < cnt (grouped decode: up to kBCols tokens of one expert) and zeros past cnt; three
+// terms: columns 0..2 hold the terms t0, t1, t2 of row 0 (column 3 zeros), whose sum the body
+// adds at the end. Either way each column's sums are scaled per unit on their own, so a row gives
+// the same bits in both forms when its x are bf16 values (t1 = t2 = 0) and whatever the other
+// columns hold: a token's result depends on its own input only.
+constexpr int kBCols = 4;
+
+// Stages the columns: k-group G (16 elements: lane c's elements 4c..4c+3 in the body's K order,
+// at float offset src(G, c) of an input row) as uint2 at (G * kBCols + col) * 4 + c. sx (when
+// non-null): per (G, col) the group's 16 values added in element order (three terms: column 0,
+// the others 0). Returns nonzero when a one-term staging met an x that is not a bf16 value.
+template <class Src>
+__device__ __forceinline__ uint32_t stage_columns(uint2* bs, float* sx, const float* const* xs, int cnt, bool three,
+                                                  int64_t K, Src src) {
+  uint32_t inexact = 0;
+  const int rows = three ? 1 : cnt;
+  for (int64_t G = threadIdx.x; G < K / 16; G += blockDim.x) {
+    uint2* dst = bs + G * kBCols * 4;
+    HS_UNROLL for (int j = 0; j < kBCols; ++j) {
+      if (j >= rows) break;
+      float4 v4[4];
+      HS_UNROLL for (int c = 0; c < 4; ++c) v4[c] = *reinterpret_cast<const float4*>(xs[j] + src(G, c));
+      float s = 0.f;
+      HS_UNROLL for (int c = 0; c < 4; ++c) {
+        float v[4] = {v4[c].x, v4[c].y, v4[c].z, v4[c].w};
+        s += v[0], s += v[1], s += v[2], s += v[3];
+        uint2 o[3];
+        bf16_terms(v, o);
+        if (three) {
+          HS_UNROLL for (int t = 0; t < 3; ++t) dst[t * 4 + c] = o[t];
+        } else {
+          dst[j * 4 + c] = o[0];
+          inexact |= o[1].x | o[1].y | o[2].x | o[2].y;
+        }
+      }
+      if (sx) sx[G * kBCols + j] = s;
+    }
+    for (int j = three ? 1 : rows; j < kBCols; ++j) {
+      if (!three || j == 3) HS_UNROLL for (int c = 0; c < 4; ++c) dst[j * 4 + c] = make_uint2(0u, 0u);
+      if (sx) sx[G * kBCols + j] = 0.f;
+    }
+  }
+  return inexact;
+}
+
+// A body's column sums (lane (g, c) holds columns 2c, 2c+1 of rows g, g+8 of each fragment f)
+// into red[(warp_slot * BC + col) * 32 + 16 f + g + 8 h]; three terms: the token's sum
+// (t0 + t1) + t2 into column 0.
+template <int BC>
+__device__ __forceinline__ void columns_to_red(const float (&acc)[2][2][2], bool three, float* wred) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+    const int r = 16 * f + g + 8 * h;
+    const float t2 = __shfl_xor_sync(kFullMask, acc[f][h][0], 1);  // lane c = 1's column 2
+    if (three) {
+      if (c == 0) wred[r] = (acc[f][h][0] + acc[f][h][1]) + t2;
+    } else {
+      HS_UNROLL for (int p = 0; p < 2; ++p)
+        if (2 * c + p < BC) wred[(2 * c + p) * 32 + r] = acc[f][h][p];
+    }
+  }
+}
+
+// After a barrier: columns 0..ncols-1 of red (columns_to_red's layout, KS partials in split
+// order) as output rows orow[j]: gate/up's h = w[j] * swiglu_clamp(g, u), down's segment row.
+template <bool GU, int BC>
+__device__ __forceinline__ void columns_epilogue(const FastArgs& a, const float* red, int64_t row0, int ncols,
+                                                 const int* orow, const float* w) {
+  constexpr int span = GU ? 16 : 32;
+  const int per = a.TR * span;
+  for (int i = threadIdx.x; i < per * ncols; i += blockDim.x) {
+    const int j = i / per, ii = i - j * per, tr = ii / span, r = ii % span;
+    const int64_t row = row0 + ii;
+    if (row >= a.rows) continue;
+    float va = 0.f, vb = 0.f;
+    for (int ks = 0; ks < a.KS; ++ks) {
+      const float* p = red + ((ks * a.TR + tr) * BC + j) * 32;
+      va += p[r];
+      if constexpr (GU) vb += p[16 + r];
+    }
+    a.out[static_cast<int64_t>(orow[j]) * a.rows + row] = GU ? w[j] * swiglu(va, vb, a.limit) : va;
+  }
+}
+
 // One block's slice of an expert (rows from row0, all of K) for one math type: each warp's
 // partial sums of its rows go to red[(ks * TR + tr) * 32 + i] (gate/up: i < 16 w1, 16 + i w3;
 // down: the span's 32 rows). wa/wb: the two matrices (down: wa twice), already at expert e.

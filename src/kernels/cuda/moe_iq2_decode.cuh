@@ -34,9 +34,9 @@ constexpr int kIq2Slot = 32 * kIq2Row;   // one step of a warp's 32 rows
 constexpr int kIq2Depth = 3;             // ring slots per warp
 constexpr int kIq2Tables = 2048 + 1024;  // permute selectors: grid entries (256 x 8 B), signs (128 x 8 B)
 
-// Dynamic shared memory: [tables][B terms: K/32 units x 192 B][ring][16 B over-read pad].
+// Dynamic shared memory: [tables][B columns: K/16 k-groups x kBCols x 32 B][ring][16 B pad].
 size_t iq2_smem(int64_t K) {
-  return kIq2Tables + static_cast<size_t>(K / 32) * 192 + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
+  return kIq2Tables + static_cast<size_t>(K) * 2 * kBCols + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
 }
 
 // The IQ2_XXS grid's magnitudes 8, 25, 43 (codes 0..2) and their bf16 bits 0x4100, 0x41C8,
@@ -69,40 +69,29 @@ constexpr bool iq2_grid_in_palette() {
 }
 static_assert(iq2_grid_in_palette(), "IQ2_XXS grid bytes outside the bf16 palette");
 
-// B terms of x [K] in the order above: unit U, mma m, term t, lane c -> uint2 (b0, b1) at
-// ((U * 2 + m) * 3 + t) * 4 + c; b0 holds elements 8c+4m, 8c+4m+1 of the unit, b1 the next two.
-__device__ __forceinline__ void stage_iq2_terms(uint2* bs, const float* x, int64_t K) {
-  const int64_t n = K / 4;  // one float4 per (U, m, c): i = (U * 2 + m) * 4 + c
-  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * static_cast<int64_t>(blockDim.x)) {
-    float4 v4[4];
-    HS_UNROLL for (int u = 0; u < 4; ++u) {  // 4 loads in flight
-      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
-      v4[u] = i < n ? *reinterpret_cast<const float4*>(x + 32 * (i >> 3) + 8 * (i & 3) + 4 * ((i >> 2) & 1))
-                    : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    HS_UNROLL for (int u = 0; u < 4; ++u) {
-      const int64_t i = i0 + u * static_cast<int64_t>(blockDim.x);
-      if (i >= n) break;
-      float v[4] = {v4[u].x, v4[u].y, v4[u].z, v4[u].w};
-      uint2 o[3];
-      bf16_terms(v, o);
-      HS_UNROLL for (int t = 0; t < 3; ++t) bs[((i >> 2) * 3 + t) * 4 + (i & 3)] = o[t];
-    }
-  }
-}
+// The body's K order for stage_columns: k-group G = 2 U + m (unit U, mma m) takes elements
+// 8c + 4m .. + 3 of unit U in lane c.
+struct Iq2Order {
+  __device__ int64_t operator()(int64_t G, int c) const { return 32 * (G >> 1) + 8 * c + 4 * (G & 1); }
+};
 
-// One routed block's slice: every warp's partial sums of its rows into red (fast_body's layout).
+// One block's slice of expert e against cnt input rows xs (cnt <= BC): every warp's column sums
+// of its rows into red (columns_to_red's layout), then epi(first row, rows) after a barrier, once
+// when every x is a bf16 value (one term per column), else once per row (three terms each).
+template <int BC, class Epi>
 __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_end, const uint8_t* wb_end,
-                                         uint8_t* smem, float* red, const int* se, int t) {
+                                         uint8_t* smem, float* red, int e, const float* const* xs, int cnt,
+                                         Epi&& epi) {
+  static_assert(BC >= 1 && BC <= kBCols, "iq2_body: 1..kBCols columns");
   uint64_t* gtab = reinterpret_cast<uint64_t*>(smem);  // grid entry -> element j's selector byte j
   uint64_t* stab = gtab + 256;                          // sign index -> what its signs add to it
   uint2* bs = reinterpret_cast<uint2*>(smem + kIq2Tables);
-  uint8_t* rings = smem + kIq2Tables + a.K / 32 * 192;
+  uint8_t* rings = smem + kIq2Tables + a.K * 2 * kBCols;
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-    const uint64_t e = c_iq2xxs_grid.v[i];
+    const uint64_t ge = c_iq2xxs_grid.v[i];
     uint64_t sel = 0;
     HS_UNROLL for (int j = 0; j < 8; ++j) {
-      const uint32_t b = static_cast<uint32_t>(e >> (8 * j)) & 255u;
+      const uint32_t b = static_cast<uint32_t>(ge >> (8 * j)) & 255u;
       const uint64_t code = b == iq2_mag(0) ? 0 : b == iq2_mag(1) ? 1 : 2;
       sel |= (code | (3 + (code == 2)) << 4) << (8 * j);
     }
@@ -115,13 +104,12 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
     }
   }
   constexpr uint32_t pal_lo = iq2_pal(0), pal_hi = iq2_pal(1);
-  __syncthreads();  // the tables, *se (written by thread 0 before the call)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int tr = warp % a.TR, ks = warp / a.TR;
   const int64_t K = a.K, nb = K / 256, rb = nb * 66;
   const int64_t span0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16 + tr * 16;
   const int64_t gpw = (nb + a.KS - 1) / a.KS, J0 = min64(nb, ks * gpw), J1 = min64(nb, J0 + gpw);
-  const int64_t e_row0 = static_cast<int64_t>(*se) * a.rows;
+  const int64_t e_row0 = static_cast<int64_t>(e) * a.rows;
   uint8_t* wring = rings + warp * kIq2Depth * kIq2Slot;
   // Staged row j = 16 f + i: row span0 + i of w1 (f = 0) or of w3 (f = 1); rows past the end
   // repeat the last one (computed, not stored).
@@ -138,49 +126,59 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   };
   const WarpRing<kIq2Depth> ring{wring, kIq2Slot, J0, J1};
   ring.prime(fill);
-  stage_iq2_terms(bs, a.x + static_cast<int64_t>(t) * K, K);  // while the first steps load
-  __syncthreads();
+  // The columns go to shared memory while the first steps load (the barrier also publishes the
+  // tables); x that is not bf16 makes the rows run one at a time with three terms.
+  const bool three = __syncthreads_or(stage_columns(bs, nullptr, xs, cnt, false, K, Iq2Order{}) != 0);
+  if (three) {
+    stage_columns(bs, nullptr, xs, 1, true, K, Iq2Order{});
+    __syncthreads();
+  }
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
-  float acc[2][2] = {};
-  ring.run(fill, [&](int64_t b, const uint8_t* st8) {
-    const uint32_t* st = reinterpret_cast<const uint32_t*>(st8);
-    int off[2][2];
-    float d[2][2];
-    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-      off[f][h] = (16 * f + g + 8 * h) * kIq2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 66 * b) & 15);
-      d[f][h] = BlockIn{st, off[f][h]}.f16(0);
+  for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
+    if (pass > 0) {
+      ring.prime(fill);
+      stage_columns(bs, nullptr, xs + pass, 1, true, K, Iq2Order{});
+      __syncthreads();
     }
-    const uint2* bu = bs + b * 8 * 24 + g * 4 + c;  // unit 8b + u, mma m: + u * 24 + m * 12
-    HS_UNROLL for (int u = 0; u < 8; ++u) {
-      uint2 bm[2];
-      HS_UNROLL for (int m = 0; m < 2; ++m) bm[m] = g < 3 ? bu[u * 24 + m * 12] : make_uint2(0u, 0u);
-      HS_UNROLL for (int f = 0; f < 2; ++f) {
-        uint32_t A[2][4];
-        float db[2];
-        HS_UNROLL for (int h = 0; h < 2; ++h) {
-          uint32_t w[2];
-          BlockIn{st, off[f][h]}.words<2>(2 + 8 * u, w);  // 4 grid indices; 4 x 7 sign bits, the scale
-          // Selector nibbles stay below 8 after the sign's +2: the sum has no carries.
-          const uint64_t sel = gtab[(w[0] >> (8 * c)) & 255u] + stab[(w[1] >> (7 * c)) & 127u];
-          HS_UNROLL for (int p = 0; p < 4; ++p)
-            A[h][p] = __byte_perm(pal_lo, pal_hi, static_cast<uint32_t>(sel >> (16 * p)));  // elements 2p, 2p+1
-          // d (0.5 + ls) / 4 rounded once, as the CPU's (d (0.5 + ls)) / 4.
-          db[h] = d[f][h] * fmaf(uint_f(w[1] >> 28), 0.25f, 0.125f);
-        }
-        float cf[4] = {0.f, 0.f, 0.f, 0.f};
-        HS_UNROLL for (int m = 0; m < 2; ++m)
-          mma_bf16(cf, A[0][2 * m], A[1][2 * m], A[0][2 * m + 1], A[1][2 * m + 1], bm[m].x, bm[m].y);
-        acc[f][0] = fmaf(db[0], cf[0] + cf[1], acc[f][0]);
-        acc[f][1] = fmaf(db[1], cf[2] + cf[3], acc[f][1]);
+    float acc[2][2][2] = {};  // [f][h][p]: rows g + 8h of matrix f, column 2c + p
+    ring.run(fill, [&](int64_t b, const uint8_t* st8) {
+      const uint32_t* st = reinterpret_cast<const uint32_t*>(st8);
+      int off[2][2];
+      float d[2][2];
+      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+        off[f][h] = (16 * f + g + 8 * h) * kIq2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 66 * b) & 15);
+        d[f][h] = BlockIn{st, off[f][h]}.f16(0);
       }
-    }
-  });
-  // Lane c = 0 holds columns t0, t1, lane c = 1 column t2 (its second column is zero).
-  float* wred = red + (ks * a.TR + tr) * 32;
-  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-    const float v = acc[f][h] + __shfl_xor_sync(kFullMask, acc[f][h], 1);
-    if (c == 0) wred[16 * f + g + 8 * h] = v;
+      const uint2* bu = bs + b * 16 * kBCols * 4 + g * 4 + c;  // unit 8b + u, mma m: + (2u + m) * kBCols * 4
+      HS_UNROLL for (int u = 0; u < 8; ++u) {
+        uint2 bm[2];
+        HS_UNROLL for (int m = 0; m < 2; ++m) bm[m] = g < kBCols ? bu[(2 * u + m) * kBCols * 4] : make_uint2(0u, 0u);
+        HS_UNROLL for (int f = 0; f < 2; ++f) {
+          uint32_t A[2][4];
+          float db[2];
+          HS_UNROLL for (int h = 0; h < 2; ++h) {
+            uint32_t w[2];
+            BlockIn{st, off[f][h]}.words<2>(2 + 8 * u, w);  // 4 grid indices; 4 x 7 sign bits, the scale
+            // Selector nibbles stay below 8 after the sign's +2: the sum has no carries.
+            const uint64_t sel = gtab[(w[0] >> (8 * c)) & 255u] + stab[(w[1] >> (7 * c)) & 127u];
+            HS_UNROLL for (int p = 0; p < 4; ++p)
+              A[h][p] = __byte_perm(pal_lo, pal_hi, static_cast<uint32_t>(sel >> (16 * p)));  // elements 2p, 2p+1
+            // d (0.5 + ls) / 4 rounded once, as the CPU's (d (0.5 + ls)) / 4.
+            db[h] = d[f][h] * fmaf(uint_f(w[1] >> 28), 0.25f, 0.125f);
+          }
+          float cf[4] = {0.f, 0.f, 0.f, 0.f};
+          HS_UNROLL for (int m = 0; m < 2; ++m)
+            mma_bf16(cf, A[0][2 * m], A[1][2 * m], A[0][2 * m + 1], A[1][2 * m + 1], bm[m].x, bm[m].y);
+          HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p)
+            acc[f][h][p] = fmaf(db[h], cf[2 * h + p], acc[f][h][p]);
+        }
+      }
+    });
+    columns_to_red<BC>(acc, three, red + (ks * a.TR + tr) * BC * 32);
+    __syncthreads();
+    epi(three ? pass : 0, three ? 1 : cnt);
+    __syncthreads();  // red and the columns are rewritten by the next pass
   }
 }
 
@@ -202,11 +200,14 @@ __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, co
     __syncthreads();
     fast_body<FMath<WType::Q8_0, false>, true>(a, a.wa[1], a.wb[1], a.sa[1], a.sb[1], 0,
                                                 a.x + static_cast<int64_t>(sl.t) * a.K, row0, smem, red);
+    __syncthreads();
+    fast_epilogue<true>(a, red, row0, sl, s_rank, s_w);
   } else {
-    iq2_body(a, wa_end, wb_end, smem, red, &s_e, sl.t);
+    __syncthreads();  // s_e
+    const float* xrow = a.x + static_cast<int64_t>(sl.t) * a.K;
+    iq2_body<1>(a, wa_end, wb_end, smem, red, s_e, &xrow, 1,
+                [&](int, int) { fast_epilogue<true>(a, red, row0, sl, s_rank, s_w); });
   }
-  __syncthreads();
-  fast_epilogue<true>(a, red, row0, sl, s_rank, s_w);
 }
 
 // Whether the gate/up pair takes this kernel (IQ2_XXS blocks, whole 256-element rows, the

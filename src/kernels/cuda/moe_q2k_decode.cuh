@@ -32,39 +32,31 @@ constexpr int kQ2Row = 96;             // staged bytes per row and step
 constexpr int kQ2Slot = 32 * kQ2Row;   // one step of a warp's 32 rows
 constexpr int kQ2Depth = 3;            // ring slots per warp
 
-// Dynamic shared memory: [B terms: K/16 sub-blocks x 96 B][sums: K/16 floats][ring][16 B pad].
+// Dynamic shared memory: [B columns: K/16 sub-blocks x kBCols x 32 B][their sums: K/16 x kBCols
+// floats][ring][16 B over-read pad].
 size_t q2k_smem(int64_t K) {
-  return static_cast<size_t>(K) * 6 + static_cast<size_t>(K / 16) * 4 + size_t{kWarps} * kQ2Depth * kQ2Slot + 16;
+  return static_cast<size_t>(K) * 2 * kBCols + static_cast<size_t>(K / 16) * kBCols * 4 +
+         size_t{kWarps} * kQ2Depth * kQ2Slot + 16;
 }
 
 // bf16 bits of 0, 1, 2, 3: low bytes 00 80 00 40, high bytes 00 3F 40 40 (palette bytes 0..3, 4..7).
 constexpr uint32_t kQ2PalLo = 0x40008000u, kQ2PalHi = 0x40403F00u;
 
-// Sub-block S, term t, lane c -> uint2 (elements 4c, 4c+1 | 4c+2, 4c+3 of the sub-block) at
-// (S * 3 + t) * 4 + c; sx[S] = the sub-block's 16 values added in element order.
-__device__ __forceinline__ void stage_q2k_terms(uint2* bs, float* sx, const float* x, int64_t K) {
-  for (int64_t S = threadIdx.x; S < K / 16; S += blockDim.x) {
-    float4 v4[4];
-    HS_UNROLL for (int c = 0; c < 4; ++c) v4[c] = reinterpret_cast<const float4*>(x + 16 * S)[c];
-    float s = 0.f;
-    HS_UNROLL for (int c = 0; c < 4; ++c) {
-      float v[4] = {v4[c].x, v4[c].y, v4[c].z, v4[c].w};
-      s += v[0], s += v[1], s += v[2], s += v[3];
-      uint2 o[3];
-      bf16_terms(v, o);
-      HS_UNROLL for (int t = 0; t < 3; ++t) bs[(S * 3 + t) * 4 + c] = o[t];
-    }
-    sx[S] = s;
-  }
-}
+// The body's K order for stage_columns: k-group = sub-block S, lane c its elements 4c..4c+3.
+struct Q2kOrder {
+  __device__ int64_t operator()(int64_t S, int c) const { return 16 * S + 4 * c; }
+};
 
-// One routed segment's slice (expert e against h row q): every warp's partial sums of its 32
-// rows into red (fast_body's layout).
+// One block's slice of expert e of w2 against cnt input rows xs (cnt <= BC): every warp's column
+// sums of its 32 rows into red (columns_to_red's layout), then epi(first row, rows) after a
+// barrier, once when every h is a bf16 value (one term per column), else once per row.
+template <int BC, class Epi>
 __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end, uint8_t* smem, float* red, int e,
-                                         int q) {
+                                         const float* const* xs, int cnt, Epi&& epi) {
+  static_assert(BC >= 1 && BC <= kBCols, "q2k_body: 1..kBCols columns");
   uint2* bs = reinterpret_cast<uint2*>(smem);
-  float* sx = reinterpret_cast<float*>(smem + a.K * 6);
-  uint8_t* rings = smem + a.K * 6 + a.K / 16 * 4;
+  float* sx = reinterpret_cast<float*>(smem + a.K * 2 * kBCols);
+  uint8_t* rings = smem + a.K * 2 * kBCols + a.K / 16 * kBCols * 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int tr = warp % a.TR, ks = warp / a.TR;
   const int64_t K = a.K, nb = K / 256, rb = nb * 84;
@@ -83,62 +75,79 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   };
   const WarpRing<kQ2Depth> ring{wring, kQ2Slot, J0, J1};
   ring.prime(fill);
-  stage_q2k_terms(bs, sx, a.x + static_cast<int64_t>(q) * K, K);  // while the first steps load
-  __syncthreads();
+  const bool three = __syncthreads_or(stage_columns(bs, sx, xs, cnt, false, K, Q2kOrder{}) != 0);
+  if (three) {
+    stage_columns(bs, sx, xs, 1, true, K, Q2kOrder{});
+    __syncthreads();
+  }
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row 16 f + g + 8 h of the span
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
-  float acc[2][2] = {};
-  ring.run(fill, [&](int64_t b, const uint8_t* st) {
-    const uint32_t* st32 = reinterpret_cast<const uint32_t*>(st);
-    int off[2][2];  // the block's byte offset in the slot (a multiple of 4)
-    float d[2][2];
-    uint32_t sw[2][2][4];  // the 16 scale bytes
-    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-      off[f][h] = (16 * f + g + 8 * h) * kQ2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 84 * b) & 15);
-      const uint32_t dd = st32[(off[f][h] + 80) >> 2];  // d, dmin
-      d[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd));
-      HS_UNROLL for (int i = 0; i < 4; ++i) sw[f][h][i] = st32[(off[f][h] >> 2) + i];
-      // The min terms of sub-blocks c, c + 4, c + 8, c + 12 (the quad's lanes share them out).
-      const float dmin = f16_bits_to_f32(static_cast<uint16_t>(dd >> 16));
-      HS_UNROLL for (int i = 0; i < 4; ++i) {
-        const uint32_t sc = (sw[f][h][i] >> (8 * c)) & 255u;
-        acc[f][h] = fmaf(-(dmin * uint_f(sc >> 4)), sx[b * 16 + 4 * i + c], acc[f][h]);
-      }
+  // The min terms: lane c takes columns 2 (c & 1), +1 over sub-blocks 8 (c >> 1) .. +7.
+  const int mc = 2 * (c & 1), ms = 8 * (c >> 1);
+  for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
+    if (pass > 0) {
+      ring.prime(fill);
+      stage_columns(bs, sx, xs + pass, 1, true, K, Q2kOrder{});
+      __syncthreads();
     }
-    const uint2* bb = bs + b * 16 * 12 + g * 4 + c;  // sub-block S of the block: + S * 12
-    HS_UNROLL for (int nh = 0; nh < 4; ++nh) {  // 128-element half n = nh / 2, 16-byte half nh % 2
-      uint32_t wq[2][2];
-      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h)
-        wq[f][h] = st32[((off[f][h] + 16 + 16 * nh) >> 2) + c];
-      HS_UNROLL for (int j = 0; j < 4; ++j) {
-        const int S = 8 * (nh >> 1) + 2 * j + (nh & 1);
-        const uint2 bm = g < 3 ? bb[S * 12] : make_uint2(0u, 0u);
-        HS_UNROLL for (int f = 0; f < 2; ++f) {
-          uint32_t lo[2], hi[2];
-          float dl[2];
-          HS_UNROLL for (int h = 0; h < 2; ++h) {
-            // Selector byte i = code | (code + 4) << 4: bytes (low, high) of bf16(code).
-            const uint32_t sel = ((wq[f][h] >> (2 * j)) & 0x03030303u) * 0x11u + 0x40404040u;
-            lo[h] = __byte_perm(kQ2PalLo, kQ2PalHi, sel);        // elements 4c, 4c+1
-            hi[h] = __byte_perm(kQ2PalLo, kQ2PalHi, sel >> 16);  // elements 4c+2, 4c+3
-            dl[h] = d[f][h] * uint_f((sw[f][h][S >> 2] >> (8 * (S & 3))) & 15u);
-          }
-          float cf[4] = {0.f, 0.f, 0.f, 0.f};
-          mma_bf16(cf, lo[0], lo[1], hi[0], hi[1], bm.x, bm.y);
-          acc[f][0] = fmaf(dl[0], cf[0] + cf[1], acc[f][0]);
-          acc[f][1] = fmaf(dl[1], cf[2] + cf[3], acc[f][1]);
+    float acc[2][2][2] = {}, accm[2][2][2] = {};  // [f][h][p]: rows 16 f + g + 8 h, column 2c + p / mc + p
+    ring.run(fill, [&](int64_t b, const uint8_t* st) {
+      const uint32_t* st32 = reinterpret_cast<const uint32_t*>(st);
+      int off[2][2];  // the block's byte offset in the slot (a multiple of 4)
+      float d[2][2];
+      uint32_t sw[2][2][4];  // the 16 scale bytes
+      float2 hs[8];          // this lane's min-term sums: sub-blocks ms.., columns mc, mc + 1
+      HS_UNROLL for (int i = 0; i < 8; ++i)
+        hs[i] = *reinterpret_cast<const float2*>(sx + (b * 16 + ms + i) * kBCols + mc);
+      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+        off[f][h] = (16 * f + g + 8 * h) * kQ2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 84 * b) & 15);
+        const uint32_t dd = st32[(off[f][h] + 80) >> 2];  // d, dmin
+        d[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd));
+        HS_UNROLL for (int i = 0; i < 4; ++i) sw[f][h][i] = st32[(off[f][h] >> 2) + i];
+        const float dmin = f16_bits_to_f32(static_cast<uint16_t>(dd >> 16));
+        HS_UNROLL for (int i = 0; i < 8; ++i) {
+          const int S = ms + i;
+          const float ml = dmin * uint_f((sw[f][h][S >> 2] >> (8 * (S & 3) + 4)) & 15u);
+          accm[f][h][0] = fmaf(-ml, hs[i].x, accm[f][h][0]);
+          accm[f][h][1] = fmaf(-ml, hs[i].y, accm[f][h][1]);
         }
       }
+      const uint2* bb = bs + b * 16 * kBCols * 4 + g * 4 + c;  // sub-block S of the block: + S * kBCols * 4
+      HS_UNROLL for (int nh = 0; nh < 4; ++nh) {  // 128-element half n = nh / 2, 16-byte half nh % 2
+        uint32_t wq[2][2];
+        HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h)
+          wq[f][h] = st32[((off[f][h] + 16 + 16 * nh) >> 2) + c];
+        HS_UNROLL for (int j = 0; j < 4; ++j) {
+          const int S = 8 * (nh >> 1) + 2 * j + (nh & 1);
+          const uint2 bm = g < kBCols ? bb[S * kBCols * 4] : make_uint2(0u, 0u);
+          HS_UNROLL for (int f = 0; f < 2; ++f) {
+            uint32_t lo[2], hi[2];
+            float dl[2];
+            HS_UNROLL for (int h = 0; h < 2; ++h) {
+              // Selector byte i = code | (code + 4) << 4: bytes (low, high) of bf16(code).
+              const uint32_t sel = ((wq[f][h] >> (2 * j)) & 0x03030303u) * 0x11u + 0x40404040u;
+              lo[h] = __byte_perm(kQ2PalLo, kQ2PalHi, sel);        // elements 4c, 4c+1
+              hi[h] = __byte_perm(kQ2PalLo, kQ2PalHi, sel >> 16);  // elements 4c+2, 4c+3
+              dl[h] = d[f][h] * uint_f((sw[f][h][S >> 2] >> (8 * (S & 3))) & 15u);
+            }
+            float cf[4] = {0.f, 0.f, 0.f, 0.f};
+            mma_bf16(cf, lo[0], lo[1], hi[0], hi[1], bm.x, bm.y);
+            HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p)
+              acc[f][h][p] = fmaf(dl[h], cf[2 * h + p], acc[f][h][p]);
+          }
+        }
+      }
+    });
+    // Column 2c + p: its products (lane c) plus its min terms (lanes c & 1 and (c & 1) + 2, in
+    // that order); lanes c >= 2 hold only the zero columns 4..7.
+    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p) {
+      const float other = __shfl_xor_sync(kFullMask, accm[f][h][p], 2);
+      acc[f][h][p] += c < 2 ? accm[f][h][p] + other : 0.f;
     }
-  });
-  // Lane c = 0 holds columns t0, t1 and lane c = 1 column t2 (its second column is zero); every
-  // lane holds a quarter of the min terms.
-  float* wred = red + (ks * a.TR + tr) * 32;
-  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-    float v = acc[f][h];
-    v += __shfl_xor_sync(kFullMask, v, 1);
-    v += __shfl_xor_sync(kFullMask, v, 2);
-    if (c == 0) wred[16 * f + g + 8 * h] = v;
+    columns_to_red<BC>(acc, three, red + (ks * a.TR + tr) * BC * 32);
+    __syncthreads();
+    epi(three ? pass : 0, three ? 1 : cnt);
+    __syncthreads();  // red and the columns are rewritten by the next pass
   }
 }
 
@@ -155,13 +164,15 @@ __global__ void __launch_bounds__(kThreads, 2) q2k_down_kernel(FastArgs a, const
   if (threadIdx.x == 0) fast_slot_meta<false>(a, sl, &s_e, &s_rank, &s_w);
   __syncthreads();
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 32;
-  if (sl.sh)
+  if (sl.sh) {
     fast_body<FMath<WType::Q8_0, false>, false>(a, a.wa[1], a.wa[1], a.sa[1], a.sa[1], 0,
                                                  a.x + static_cast<int64_t>(sl.q) * a.K, row0, smem, red);
-  else
-    q2k_body(a, w_end, smem, red, s_e, sl.q);
-  __syncthreads();
-  fast_epilogue<false>(a, red, row0, sl, s_rank, s_w);
+    __syncthreads();
+    fast_epilogue<false>(a, red, row0, sl, s_rank, s_w);
+    return;
+  }
+  const float* xrow = a.x + static_cast<int64_t>(sl.q) * a.K;
+  q2k_body<1>(a, w_end, smem, red, s_e, &xrow, 1, [&](int, int) { fast_epilogue<false>(a, red, row0, sl, s_rank, s_w); });
 }
 
 // Whether the down projection takes this kernel: Q2_K blocks, whole 256-element rows, no shared

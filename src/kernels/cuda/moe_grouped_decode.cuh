@@ -1,0 +1,168 @@
+// Grouped decode of the q2 mix's routed experts (IQ2_XXS gate/up, Q2_K down) for 2..32 tokens:
+// the (token, slot) pairs are sorted by expert (moe_sort_kernel) into items of at most kBCols
+// tokens, and each item reads its expert's weights once, its tokens as the mma's B columns
+// (moe_iq2_decode.cuh's and moe_q2k_decode.cuh's bodies with BC = kBCols). The shared expert,
+// which every token uses, runs through cuda::matmul (its weights read once for all n tokens on
+// the tensor-core matvec); fast_combine_kernel adds each token's segments as in the per-slot path.
+// Included by moe_experts.cu only.
+//
+// Why: the per-slot kernels read an expert once per (token, slot), and the shared expert (26.7 MB
+// of Q8_0 for Flash, ~4 routed experts' bytes) once per token: at 32 tokens that is 192 routed
+// and 32 shared reads where 32 tokens touch ~135 distinct experts (device run of session 13: the
+// MoE was 76 % of an 8-layer x32 decode step).
+#pragma once
+
+#include "kernels/cuda/moe_iq2_decode.cuh"
+#include "kernels/cuda/moe_q2k_decode.cuh"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace hs::cuda {
+
+using namespace detail;
+
+namespace {
+
+// The sorted pairs: perm (sorted position -> pair t * k + j) and the items {expert, first
+// position, pairs (<= kBCols), 0}, n_items of them.
+struct GroupedItems {
+  const int* perm;
+  const int4* items;
+  const int* n_items;
+};
+
+// Thread j < the item's pair count: its output row t * k + rank (rank: the slot's place in the
+// token's ascending expert order), routing weight and input row (gate/up: x of token t; down: h
+// row t * k + rank). Returns false (the whole block) past the last item.
+template <bool GU>
+__device__ __forceinline__ bool grouped_item(const FastArgs& a, const GroupedItems& gi, int4* s_it, int* s_orow,
+                                             float* s_w, const float** s_x) {
+  if (static_cast<int>(blockIdx.y) >= *gi.n_items) return false;
+  const int4 it = gi.items[blockIdx.y];
+  const int j = threadIdx.x;
+  if (j == 0) *s_it = it;
+  if (j < it.z) {
+    const int q = gi.perm[it.y + j], t = q / a.k;
+    const int orow = t * a.k + slot_rank(a.idx + static_cast<int64_t>(t) * a.k, a.k, q % a.k, a.E);
+    s_orow[j] = orow;
+    s_w[j] = GU ? a.weight[q] : 1.0f;
+    s_x[j] = a.x + static_cast<int64_t>(GU ? t : orow) * a.K;
+  }
+  __syncthreads();
+  return true;
+}
+
+// grid (row blocks, item bound): h[t * k + rank] = weight * swiglu_clamp(g, u) of each item token.
+__global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_grouped_kernel(FastArgs a, GroupedItems gi,
+                                                                          const uint8_t* wa_end,
+                                                                          const uint8_t* wb_end) {
+  extern __shared__ uint4 smem4[];
+  __shared__ float red[kWarps * kBCols * 32];
+  __shared__ int4 s_it;
+  __shared__ int s_orow[kBCols];
+  __shared__ float s_w[kBCols];
+  __shared__ const float* s_x[kBCols];
+  if (!grouped_item<true>(a, gi, &s_it, s_orow, s_w, s_x)) return;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16;
+  iq2_body<kBCols>(a, wa_end, wb_end, reinterpret_cast<uint8_t*>(smem4), red, s_it.x, s_x, s_it.z,
+                   [&](int j0, int nc) { columns_epilogue<true, kBCols>(a, red, row0, nc, s_orow + j0, s_w + j0); });
+}
+
+// grid (row blocks, item bound): d[t * k + rank] = the expert's w2 . h[t * k + rank].
+__global__ void __launch_bounds__(kThreads, 2) q2k_down_grouped_kernel(FastArgs a, GroupedItems gi,
+                                                                       const uint8_t* w_end) {
+  extern __shared__ uint4 smem4[];
+  __shared__ float red[kWarps * kBCols * 32];
+  __shared__ int4 s_it;
+  __shared__ int s_orow[kBCols];
+  __shared__ float s_w[kBCols];
+  __shared__ const float* s_x[kBCols];
+  if (!grouped_item<false>(a, gi, &s_it, s_orow, s_w, s_x)) return;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 32;
+  q2k_body<kBCols>(a, w_end, reinterpret_cast<uint8_t*>(smem4), red, s_it.x, s_x, s_it.z,
+                   [&](int j0, int nc) { columns_epilogue<false, kBCols>(a, red, row0, nc, s_orow + j0, s_w + j0); });
+}
+
+// Whether the grouped decode takes these experts: IQ2_XXS gate/up, Q2_K down, whole 256-element
+// rows, the staging fits in shared memory (the shared expert may have any type).
+bool grouped_decode_ok(DeviceContext& ctx, const WeightView& w1, const WeightView& w2, int64_t D, int64_t I) {
+  return iq2_gate_up_ok(ctx, w1, D) && q2k_down_ok(ctx, w2, nullptr, I);
+}
+
+// Buffers of one call (moe_experts' workspace): h [n*k + n, I] (the shared expert's rows last),
+// d [n*k + n, D], gs / us [n, I], the sort's perm / pos [n*k], items, n_items.
+struct GroupedWs {
+  float *h, *d, *gs, *us;
+  int *perm, *pos, *n_items;
+  int4* items;
+};
+
+// The shared expert's matmuls, f32-exact as every decode path: matmul's choice (GemmMode::F32),
+// except 9..32 columns always on the tensor-core matvec where it takes the type (at Flash's
+// shapes it measured faster than the tiled GEMM: docs/performance-kernels.md).
+void shared_matmul(DeviceContext& ctx, const WeightView& w, const float* x, int64_t n, float* y) {
+  if (n > kMatvecMaxCols && n <= kMatvecMmaMaxCols && mma_matvec_supported(w))
+    matvec_variant(ctx, w, x, n, y, kMatvecTensorCores);
+  else
+    matmul(ctx, w, x, n, y, GemmMode::F32);
+}
+
+void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int E,
+                    const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
+                    const GroupedWs& ws, float* y, const MoeShared* shared, bool model) {
+  const int64_t I = w1.rows / E, D = w1.cols, nk = n * k;
+  moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, ws.perm, ws.pos, ws.items, ws.n_items,
+                                                kBCols);
+  HS_CUDA_CHECK_LAUNCH();
+  const GroupedItems gi{ws.perm, ws.items, ws.n_items};
+  const unsigned item_bound = static_cast<unsigned>(nk);  // every item holds a pair
+  auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
+  FastArgs a{};
+  a.idx = idx, a.weight = weight, a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.limit = limit;
+  // Gate/up: 32 rows (16 of w1, 16 of w3) per row span, two spans per block unless that leaves
+  // fewer than two blocks per SM; the K-split as deep as keeps every warp at two or more steps.
+  a.wa[0] = u8(w1.data), a.wb[0] = u8(w3.data), a.x = x, a.out = ws.h, a.rows = I, a.K = D;
+  {
+    const int64_t nb = D / 256, rspans = (I + 15) / 16;
+    a.TR = rspans / 2 * std::min<int64_t>(nk, E) >= 2 * ctx.sm_count() ? 2 : 1;
+    a.KS = kWarps / a.TR;
+    while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
+    a.TR = kWarps / a.KS;
+    const size_t smem = iq2_smem(D);
+    const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel);
+    ctx.ensure_dynamic_smem(kern, smem);
+    const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
+    const dim3 grid(static_cast<unsigned>((I + 16 * a.TR - 1) / (16 * a.TR)), item_bound);
+    void* args[] = {&a, const_cast<GroupedItems*>(&gi), &wa_end, &wb_end};
+    HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  }
+  float* hs = ws.h + nk * I;
+  if (shared) {
+    shared_matmul(ctx, shared->w1, x, n, ws.gs);
+    shared_matmul(ctx, shared->w3, x, n, ws.us);
+    swiglu_clamp(ctx, ws.gs, ws.us, n * I, limit, hs);
+  }
+  if (model) act_quant_fp8(ctx, ws.h, nk + (shared ? n : 0), I);  // the FP8 round trip of the down inputs
+  // Down: 32 rows per span, the K-split as deep as keeps every warp at two or more steps.
+  a.wa[0] = a.wb[0] = u8(w2.data), a.x = ws.h, a.out = ws.d, a.rows = D, a.K = I, a.weight = nullptr;
+  {
+    const int64_t nb = I / 256;
+    a.KS = kWarps;
+    while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
+    a.TR = kWarps / a.KS;
+    const size_t smem = q2k_smem(I);
+    const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel);
+    ctx.ensure_dynamic_smem(kern, smem);
+    const uint8_t* w_end = a.wa[0] + w2.data_bytes();
+    const dim3 grid(static_cast<unsigned>((D + 32 * a.TR - 1) / (32 * a.TR)), item_bound);
+    void* args[] = {&a, const_cast<GroupedItems*>(&gi), &w_end};
+    HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  }
+  if (shared) shared_matmul(ctx, shared->w2, hs, n, ws.d + nk * D);
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
+                  static_cast<unsigned>(n));
+  fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(ws.d, k, nk, D, shared != nullptr, model, y);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace hs::cuda
