@@ -18,6 +18,7 @@
 #include <set>
 
 #include "backend_ops_util.h"
+#include "error_util.h"
 #include "kernels/cuda/moe_cuda.h"
 
 namespace {
@@ -279,18 +280,21 @@ struct Bufs {
     ws.poison();
   }
   void call(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false,
-            int64_t grouped_from = hc::kMoeGroupedFrom) {
+            const hc::MoeTuning& tune = {}) {
     const hc::MoeShared sh{p.s1.view, p.s3.view, p.s2.view};
     hc::moe_experts(c, p.d1.view, p.d3.view, p.d2.view, p.E, x.p(), n, idx.p(), wt.p(), p.k, kLimit, mode, ws.p(),
-                    y.p(), p.sh ? &sh : nullptr, model, grouped_from);
+                    y.p(), p.sh ? &sh : nullptr, model, tune);
   }
   std::vector<float> run(hc::DeviceContext& c, const Problem& p, int64_t n, hc::GemmMode mode, bool model = false,
-                         int64_t grouped_from = hc::kMoeGroupedFrom) {
+                         const hc::MoeTuning& tune = {}) {
     y.poison();
-    call(c, p, n, mode, model, grouped_from);
+    call(c, p, n, mode, model, tune);
     return y.get();
   }
 };
+
+// The grouped decode off: every token count on the per-slot kernels.
+const hc::MoeTuning kPerSlot{hc::kMoeDecodeMaxTokens + 1};
 
 int64_t bit_diff(const std::vector<float>& a, const std::vector<float>& b) {
   int64_t bad = 0;
@@ -432,7 +436,7 @@ TEST_F(BackendOps, MoeExpertsQ2MixGrouped) {
       Bufs r(ctx(), p, p.input(n, stream + 200 + n, true), n, rt);
       for (bool model : {false, true}) {
         const std::vector<float> g = r.run(ctx(), p, n, hc::GemmMode::F32, model);
-        const std::vector<float> s = r.run(ctx(), p, n, hc::GemmMode::F32, model, hc::kMoeDecodeMaxTokens + 1);
+        const std::vector<float> s = r.run(ctx(), p, n, hc::GemmMode::F32, model, kPerSlot);
         check("moe-grouped-vs-slots", name, "n=" + std::to_string(n) + (model ? " model" : ""), g, s,
               model ? 1e-2 : 1e-5);
       }
@@ -504,13 +508,55 @@ TEST_F(BackendOps, MoeExpertsQ2MixFlashTiming) {
     Bufs r(ctx(), p, p.input(n, 48200 + n, true), n, rt);
     const double g = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true); });
     const double s =
-        median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, hc::kMoeDecodeMaxTokens + 1); });
+        median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, kPerSlot); });
     std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model: grouped %7.1f us, per-slot %7.1f us\n",
                 static_cast<long long>(n), g * 1e3, s * 1e3);
     if (n == 8 || n == 32)
       check("moe-decode-model", "IQ2_XXS+Q2_K+Q8_0", "Flash n=" + std::to_string(n),
             r.run(ctx(), p, n, hc::GemmMode::F32, true), p.twin(p.input(n, 48200 + n, true), n, rt, Twin::Model), 1e-2);
   }
+}
+
+// The q2 mix at Flash shapes with every K-split of its tensor-core kernels (MoeTuning; 0 = the
+// rule), gate/up and down each on its own: per-slot (n = 1) and grouped (n = 8, 32) checked
+// against the twins (n = 1 also in reference numerics, three terms); timings printed (not
+// asserted), model numerics, n = 1, 8, 16, 32.
+TEST_F(BackendOps, MoeExpertsQ2MixSplits) {
+  const Kind iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}, q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K},
+      q8{hc::WType::Q8_0};
+  const Problem p(ctx(), iq2, 256, 6, 4096, 2048, 49000, &q8, &q2k);
+  for (int64_t n : {1, 8, 16, 32}) {
+    const Routing rt = make_routing(n, p.k, p.E, 49100 + n);
+    const std::vector<float> x = p.input(n, 49200 + n), xq = p.input(n, 49200 + n, true);
+    const bool checked = n != 16;
+    const std::vector<float> ref = checked && n == 1 ? p.twin(x, n, rt, Twin::F32) : std::vector<float>{};
+    const std::vector<float> mod = checked ? p.twin(xq, n, rt, Twin::Model) : std::vector<float>{};
+    Bufs r(ctx(), p, xq, n, rt);
+    for (int which = 0; which < 2; ++which)
+      for (int ks : {0, 1, 2, 4, 8}) {
+        if (which == 1 && ks == 0) continue;  // the rule: timed in the first sweep
+        hc::MoeTuning t;
+        (which == 0 ? t.gate_up_ksplit : t.down_ksplit) = ks;
+        const std::string cfg = std::string(which == 0 ? "gate/up" : "down") + " ks=" + std::to_string(ks);
+        const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, t); });
+        std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model %-12s %7.1f us\n", static_cast<long long>(n),
+                    cfg.c_str(), ms * 1e3);
+        if (!checked) continue;
+        const std::string shape = "Flash n=" + std::to_string(n) + " " + cfg;
+        check("moe-split-model", "IQ2_XXS+Q2_K+Q8_0", shape, r.run(ctx(), p, n, hc::GemmMode::F32, true, t), mod,
+              1e-2);
+        if (n == 1) {
+          r.x.put(x);
+          check("moe-split", "IQ2_XXS+Q2_K+Q8_0", shape, r.run(ctx(), p, n, hc::GemmMode::F32, false, t), ref, 1e-5);
+          r.x.put(xq);
+        }
+      }
+  }
+  const Routing rt = make_routing(1, p.k, p.E, 49300);
+  Bufs r(ctx(), p, p.input(1, 49301, true), 1, rt);
+  hc::MoeTuning bad;
+  bad.down_ksplit = 3;
+  EXPECT_ERROR(r.call(ctx(), p, 1, hc::GemmMode::F32, true, bad), "K-split must be 1, 2, 4 or 8");
 }
 
 // The call captured once in a CUDA graph and replayed with new routing and input: the routing

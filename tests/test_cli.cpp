@@ -147,6 +147,19 @@ TEST(CliBadInput, CudaGraphsSwitch) {
   EXPECT_NE(h.out.find("--cuda-graphs"), std::string::npos) << h.out;
 }
 
+// --moe-ksplit (a tuning of the CUDA q2 mix MoE) takes two K-splits of 0, 1, 2, 4, 8, refused
+// before the model loads; a CPU engine has no such kernels and computes the same logits.
+TEST(CliBadInput, MoeKsplitTuning) {
+  const std::string d = tmpdir("ksplit");
+  const std::string tok = tokens_file(d, {1, 2, 3, 4});
+  const std::string cmd = "logits " + kData + "/tiny --tokens " + tok + " --out " + d + "/o.npy --moe-ksplit ";
+  expect_error(test::run_cli(cmd + "3,1"), "--moe-ksplit: each K-split must be 0, 1, 2, 4 or 8, got 3");
+  expect_error(test::run_cli(cmd + "16,1"), "got 16");
+  expect_error(test::run_cli(cmd + "1"), "--moe-ksplit: expected two K-splits GU,DOWN, got 1 values");
+  const auto r = test::run_cli(cmd + "2,8");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(CliBadInput, TruncatedSafetensors) {
   const std::string src = test::read_text(kData + "/tiny/model.safetensors");
   const std::string tok = tokens_file(tmpdir("trunc_tok"), {1, 2});

@@ -26,6 +26,8 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
        "access is possible), on (direct or refuse), off (through host memory) (default auto)", "MODE"},
       {"cuda-graphs", true, "replay each decode step of a CUDA shard as one captured graph: on or off (default "
        "on; off launches the same kernels one by one)", "on|off"},
+      {"moe-ksplit", true, "tuning of the CUDA decode MoE of the q2 mix (IQ2_XXS/Q2_K experts): K-splits per "
+       "block of its gate/up and down kernels, each 1, 2, 4 or 8 (default 0,0: the measured rule)", "GU,DOWN"},
       {"state-memory", true, "GiB for each shard's state pool (every sequence's KV rows and compressed entries, "
        "in pages; default: what the weights leave on a GPU less 4 GiB and a tenth of it, a quarter of RAM on the "
        "CPU, at most what --max-seqs sequences of the full context take)", "GIB"},
@@ -50,6 +52,15 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   const std::string graphs = a.get_or("cuda-graphs", "on");
   HS_CHECK(graphs == "on" || graphs == "off", "--cuda-graphs: expected on or off, got '", graphs, "'");
   o.cuda_graphs = graphs == "on";
+  if (a.has("moe-ksplit")) {
+    const std::vector<int> ks = parse_int_list("--moe-ksplit", *a.get("moe-ksplit"));
+    HS_CHECK(ks.size() == 2, "--moe-ksplit: expected two K-splits GU,DOWN, got ", ks.size(), " values");
+    for (size_t i = 0; i < 2; ++i) {
+      HS_CHECK(ks[i] == 0 || ks[i] == 1 || ks[i] == 2 || ks[i] == 4 || ks[i] == 8,
+               "--moe-ksplit: each K-split must be 0, 1, 2, 4 or 8, got ", ks[i]);
+      o.moe_ksplit[i] = ks[i];
+    }
+  }
   const double gib = a.get_double("state-memory", 0.0);
   HS_CHECK(gib >= 0 && gib <= 1 << 20, "--state-memory must be a positive number of GiB, got ", gib);
   o.state_memory = static_cast<int64_t>(gib * static_cast<double>(int64_t{1} << 30));

@@ -70,6 +70,7 @@ class CudaOps : public Ops {
     return std::max<int64_t>(static_cast<int64_t>(free) - reserve, int64_t{256} << 20);
   }
   void set_profiling(bool on) override { prof_.enable(on); }
+  void set_moe_ksplit(int gate_up, int down) override { moe_tune_.gate_up_ksplit = gate_up, moe_tune_.down_ksplit = down; }
   std::string profile_report() override { return prof_.report(); }
 
   // ---- memory: a stack of allocations over blocks that only grow (never moved or freed early)
@@ -425,7 +426,7 @@ class CudaOps : public Ops {
     void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
     const cuda::MoeShared shared{weight(w.sh_w1), weight(w.sh_w3), weight(w.sh_w2)};
     cuda::moe_experts(ctx_, weight(w.w1), weight(w.w3), weight(w.w2), E, xin, n, didx, dw, K, c.swiglu_limit,
-                      gemm_mode(), ws, y, &shared, model);
+                      gemm_mode(), ws, y, &shared, model, moe_tune_);
     release_to(m0);
   }
 
@@ -616,8 +617,9 @@ class CudaOps : public Ops {
   std::vector<int64_t> rows_pos_host_;
   int64_t rows_n_ = 0, end_cap_ = 0;
   bool rows_active_ = false, rows_decode_ = false;
-  std::unique_ptr<cuda::SynthPool> synth_;
-  CudaOpProfile prof_;  // pools of random quantised rows (synthetic models)
+  std::unique_ptr<cuda::SynthPool> synth_;  // pools of random quantised rows (synthetic models)
+  CudaOpProfile prof_;
+  cuda::MoeTuning moe_tune_;  // EngineOptions::moe_ksplit
   std::vector<Block> blocks_;
   size_t cur_ = 0;
   std::vector<std::pair<size_t, size_t>> stack_;  // (block, top before the allocation)

@@ -161,6 +161,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     if (!ops) {
       ops_.emplace_back(devices[i], make_ops(devices[i], *pool_, opts.numerics));
       ops = ops_.back().second.get();
+      ops->set_moe_ksplit(opts.moe_ksplit[0], opts.moe_ksplit[1]);
     }
     const int end = begin + split[i];
     ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size(), ops->weight_form(),

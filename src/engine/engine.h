@@ -53,6 +53,9 @@ struct EngineOptions {
   // Decode steps replayed as captured CUDA graphs (engine/step_graphs.h) on CUDA shards; false:
   // the same step-mode ops, launched one by one.
   bool cuda_graphs = true;
+  // Tuning of the CUDA decode MoE for the q2 mix (IQ2_XXS gate/up, Q2_K down): K-splits per block
+  // of its tensor-core kernels, {gate/up, down}, each 1, 2, 4 or 8 (0: the measured rule).
+  int moe_ksplit[2] = {0, 0};
   // The state pools, one per shard (engine/state_pool.h): sequences alive at once, the longest
   // sequence (0: the model's max_position), the bytes of each shard's pool (0: what its backend
   // suggests: a share of RAM on the CPU, most of a GPU's free memory after the weights), and

@@ -81,6 +81,8 @@ class Ops {
   virtual double copy_bandwidth_gbs() { return 0.0; }
   // Per-op device time (bench --profile): recording on/off, and the table of what was recorded.
   virtual void set_profiling(bool) {}
+  // Tuning of the decode MoE kernels (EngineOptions::moe_ksplit); backends without them ignore it.
+  virtual void set_moe_ksplit(int /*gate_up*/, int /*down*/) {}
   virtual std::string profile_report() { return {}; }
 
   // Scratch memory, stack-like: alloc() hands out backend memory until release_to(mark())

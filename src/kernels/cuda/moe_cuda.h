@@ -57,12 +57,22 @@ struct MoeShared {
 // kMoeDecodeMaxTokens tokens take the grouped decode instead: the pairs sorted by expert into
 // items of up to 4 tokens, each item reading its expert once with its tokens as tensor-core
 // columns, and the shared expert through cuda::matmul once for all tokens (f32-exact, as the
-// per-slot kernels). grouped_from is a tuning and test hook (kMoeDecodeMaxTokens + 1: never).
+// per-slot kernels). `tune` holds the tuning and test hooks (MoeTuning).
 constexpr int64_t kMoeDecodeMaxTokens = 32;
 constexpr int64_t kMoeGroupedFrom = 8;  // measured: 2..4 tokens were faster per slot (session 13)
+
+// Tuning and test hooks of the decode MoE; the defaults are the measured rules.
+struct MoeTuning {
+  int64_t grouped_from = kMoeGroupedFrom;  // fewest tokens on the grouped decode (kMoeDecodeMaxTokens + 1: never)
+  // K-splits per block of 8 warps in the q2 mix's tensor-core kernels (1, 2, 4 or 8; 0: the
+  // rule), per-slot (n <= 8) and grouped; the rest of the warps are row spans. Halved where a
+  // warp would get fewer than two 256-element steps.
+  int gate_up_ksplit = 0, down_ksplit = 0;
+};
+
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
                  const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
                  GemmMode mode, void* workspace, float* y, const MoeShared* shared = nullptr, bool model = false,
-                 int64_t grouped_from = kMoeGroupedFrom);
+                 const MoeTuning& tune = {});
 
 }  // namespace hs::cuda

@@ -515,7 +515,7 @@ size_t moe_experts_workspace_bytes(int64_t n, int k, int64_t D, int64_t I, int n
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
                  const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
                  GemmMode mode, void* workspace, float* y, const MoeShared* shared, bool model,
-                 int64_t grouped_from) {
+                 const MoeTuning& tune) {
   const int E = n_experts;
   HS_CHECK(k >= 1 && k <= kMoeMaxK, "moe_experts: k must be 1..", kMoeMaxK, ", got ", k);
   HS_CHECK(E >= 1 && E <= kMoeMaxExperts, "moe_experts: n_experts must be 1..", kMoeMaxExperts, ", got ", E);
@@ -536,15 +536,18 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
                  (shared->w1.type != WType::GGML_BLOCK || shared->w1.ggml == shared->w3.ggml),
              "moe_experts: shared w1 and w3 must have one type");
   }
+  for (int ks : {tune.gate_up_ksplit, tune.down_ksplit})
+    HS_CHECK(ks >= 0 && ks <= kWarps && (ks & (ks - 1)) == 0, "moe_experts: a K-split must be 1, 2, 4 or 8 (0: the rule), got ",
+             ks);
   if (n == 0) return;
   HS_CHECK(x && y && idx && weight, "moe_experts: null input or output");
-  const bool grouped = n >= std::max<int64_t>(grouped_from, 2) && n <= kMoeDecodeMaxTokens &&
+  const bool grouped = n >= std::max<int64_t>(tune.grouped_from, 2) && n <= kMoeDecodeMaxTokens &&
                        grouped_decode_ok(ctx, w1, w2, D, I);
   if (n > kMatvecMaxCols && n <= kMoeDecodeMaxTokens && !grouped) {  // the decode kernels, kMatvecMaxCols tokens at a time
     for (int64_t t0 = 0; t0 < n; t0 += kMatvecMaxCols) {
       const int64_t m = std::min<int64_t>(kMatvecMaxCols, n - t0);
       moe_experts(ctx, w1, w3, w2, n_experts, x + t0 * D, m, idx + t0 * k, weight + t0 * k, k, limit, mode, workspace,
-                  y + t0 * D, shared, model, grouped_from);
+                  y + t0 * D, shared, model, tune);
     }
     return;
   }
@@ -563,7 +566,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     const GroupedWs gw{h, fws(L.d), fws(L.gs), fws(L.us), reinterpret_cast<int*>(ws + L.perm),
                        reinterpret_cast<int*>(ws + L.pos), reinterpret_cast<int*>(ws + L.n_items),
                        reinterpret_cast<int4*>(ws + L.items)};
-    return grouped_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, gw, y, shared, model);
+    return grouped_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, gw, y, shared, model, tune);
   }
 
   // Native weights in decode: moe_fast_decode.cuh (two streaming launches and a combine).
@@ -596,7 +599,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
         shared_gate_up_done = true;
       }
       iq2_gate_up(ctx, fa, static_cast<int>(nk), shared_gate_up_done ? static_cast<int>(n) : 0, ra.wa_end,
-                  ra.wb_end);
+                  ra.wb_end, tune.gate_up_ksplit);
     } else {
       with_src(w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, ra, nk); });
     }
@@ -644,7 +647,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       fa.sa[1] = fa.sb[1] = static_cast<const uint8_t*>(shared->w2.scales);
     }
     fa.x = h, fa.idx = perm, fa.out = d, fa.rows = D, fa.K = I, fa.k = k, fa.E = E, fa.limit = limit;
-    q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end);
+    q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end, tune.down_ksplit);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                     static_cast<unsigned>(n));
     fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, nk, D, shared != nullptr, model, y);

@@ -154,6 +154,25 @@ __device__ __forceinline__ void stage_terms(uint2* bs, const float* x, int64_t K
   }
 }
 
+// K-splits of the q2 mix's tensor-core kernels (moe_iq2_decode.cuh, moe_q2k_decode.cuh, and
+// moe_grouped_decode.cuh's): a warp walks a longer share of K than the deeper splits of session
+// 13 gave it (4 or 8: two to four 256-element steps at Flash shapes), so its ring reaches steady
+// state and a block's set-up (tables, staged inputs, ring fill) serves more steps. Measured on an
+// H100 at Flash shapes (test MoeExpertsQ2MixSplits, the whole MoE in model numerics): per slot at
+// n = 1, 2 splits 97.9 / 96.7 us (gate/up / down forced, the other by the rule) against 102.4
+// for the old rule and 122.1 / 109.3 for 1; grouped at n = 32, 1 split 1332.6 / 1334.2 us
+// against 1481.5 (old rule) and 1388.1 / 1343.9 for 2.
+constexpr int kSlotKsplit = 2, kGroupedKsplit = 1;
+
+// The GGUF tensor-core kernels' block of kWarps warps as a.TR row spans x a.KS K-splits over nb
+// 256-element steps: `forced` K-splits (MoeTuning, checked by moe_experts: 1..kWarps, a power of
+// two) or `ks` by the caller's rule, halved until every warp has two or more steps.
+inline void split_warps(FastArgs& a, int64_t nb, int ks, int forced) {
+  a.KS = forced > 0 ? forced : ks;
+  while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
+  a.TR = kWarps / a.KS;
+}
+
 // B columns of the GGUF tensor-core decode bodies (moe_iq2_decode.cuh, moe_q2k_decode.cuh): the
 // mma's N holds kBCols staged columns (the rest are zeros). One term: column j is bf16(x_j) of
 // input row j < cnt (grouped decode: up to kBCols tokens of one expert) and zeros past cnt; three

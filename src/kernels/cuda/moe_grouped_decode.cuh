@@ -108,7 +108,7 @@ void shared_matmul(DeviceContext& ctx, const WeightView& w, const float* x, int6
 
 void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int E,
                     const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
-                    const GroupedWs& ws, float* y, const MoeShared* shared, bool model) {
+                    const GroupedWs& ws, float* y, const MoeShared* shared, bool model, const MoeTuning& tune) {
   const int64_t I = w1.rows / E, D = w1.cols, nk = n * k;
   moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, ws.perm, ws.pos, ws.items, ws.n_items,
                                                 kBCols);
@@ -118,15 +118,11 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
   auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
   FastArgs a{};
   a.idx = idx, a.weight = weight, a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.limit = limit;
-  // Gate/up: 32 rows (16 of w1, 16 of w3) per row span, two spans per block unless that leaves
-  // fewer than two blocks per SM; the K-split as deep as keeps every warp at two or more steps.
+  // Gate/up: 32 rows (16 of w1, 16 of w3) per row span, kGroupedKsplit K-splits (MoeTuning:
+  // forced), the rest of the block's warps row spans.
   a.wa[0] = u8(w1.data), a.wb[0] = u8(w3.data), a.x = x, a.out = ws.h, a.rows = I, a.K = D;
   {
-    const int64_t nb = D / 256, rspans = (I + 15) / 16;
-    a.TR = rspans / 2 * std::min<int64_t>(nk, E) >= 2 * ctx.sm_count() ? 2 : 1;
-    a.KS = kWarps / a.TR;
-    while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
-    a.TR = kWarps / a.KS;
+    split_warps(a, D / 256, kGroupedKsplit, tune.gate_up_ksplit);
     const size_t smem = iq2_smem(D);
     const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel);
     ctx.ensure_dynamic_smem(kern, smem);
@@ -142,13 +138,10 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
     swiglu_clamp(ctx, ws.gs, ws.us, n * I, limit, hs);
   }
   if (model) act_quant_fp8(ctx, ws.h, nk + (shared ? n : 0), I);  // the FP8 round trip of the down inputs
-  // Down: 32 rows per span, the K-split as deep as keeps every warp at two or more steps.
+  // Down: 32 rows per span, the same split.
   a.wa[0] = a.wb[0] = u8(w2.data), a.x = ws.h, a.out = ws.d, a.rows = D, a.K = I, a.weight = nullptr;
   {
-    const int64_t nb = I / 256;
-    a.KS = kWarps;
-    while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
-    a.TR = kWarps / a.KS;
+    split_warps(a, I / 256, kGroupedKsplit, tune.down_ksplit);
     const size_t smem = q2k_smem(I);
     const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel);
     ctx.ensure_dynamic_smem(kern, smem);

@@ -127,11 +127,19 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   const WarpRing<kIq2Depth> ring{wring, kIq2Slot, J0, J1};
   ring.prime(fill);
   // The columns go to shared memory while the first steps load (the barrier also publishes the
-  // tables); x that is not bf16 makes the rows run one at a time with three terms.
-  const bool three = __syncthreads_or(stage_columns(bs, nullptr, xs, cnt, false, K, Iq2Order{}) != 0);
-  if (three) {
+  // tables); x that is not bf16 makes the rows run one at a time with three terms. One row
+  // (BC = 1) takes its three terms at once: the same bits as one term when x is bf16, without
+  // a second staging pass.
+  bool three = true;
+  if constexpr (BC == 1) {
     stage_columns(bs, nullptr, xs, 1, true, K, Iq2Order{});
     __syncthreads();
+  } else {
+    three = __syncthreads_or(stage_columns(bs, nullptr, xs, cnt, false, K, Iq2Order{}) != 0);
+    if (three) {
+      stage_columns(bs, nullptr, xs, 1, true, K, Iq2Order{});
+      __syncthreads();
+    }
   }
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
@@ -218,15 +226,12 @@ bool iq2_gate_up_ok(DeviceContext& ctx, const WeightView& w1, int64_t K) {
 }
 
 // nk routed slots and nsh shared-expert slots (their weights in a.wa[1], a.wb[1], a.sa[1],
-// a.sb[1]: Q8_0 planes): two row spans per block unless that leaves fewer than two blocks per
-// SM, the K-split then as deep as keeps every warp at two or more steps.
-void iq2_gate_up(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* wa_end, const uint8_t* wb_end) {
+// a.sb[1]: Q8_0 planes): kSlotKsplit K-splits (ksplit > 0: forced), the rest of the block's
+// warps row spans.
+void iq2_gate_up(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* wa_end, const uint8_t* wb_end,
+                 int ksplit) {
   if (nk + nsh == 0) return;
-  const int64_t nb = a.K / 256;
-  a.TR = (a.rows + 31) / 32 * (nk + nsh) >= 2 * ctx.sm_count() ? 2 : 1;
-  a.KS = kWarps / a.TR;
-  while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
-  a.TR = kWarps / a.KS;
+  split_warps(a, a.K / 256, kSlotKsplit, ksplit);
   a.q0 = 0, a.nk = nk, a.nsh = nsh;
   const size_t smem = iq2_smem(a.K);
   const void* kern = reinterpret_cast<const void*>(iq2_gate_up_kernel);

@@ -75,41 +75,59 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   };
   const WarpRing<kQ2Depth> ring{wring, kQ2Slot, J0, J1};
   ring.prime(fill);
-  const bool three = __syncthreads_or(stage_columns(bs, sx, xs, cnt, false, K, Q2kOrder{}) != 0);
-  if (three) {
+  // One row (BC = 1) takes its three terms at once (as iq2_body).
+  bool three = true;
+  if constexpr (BC == 1) {
     stage_columns(bs, sx, xs, 1, true, K, Q2kOrder{});
     __syncthreads();
+  } else {
+    three = __syncthreads_or(stage_columns(bs, sx, xs, cnt, false, K, Q2kOrder{}) != 0);
+    if (three) {
+      stage_columns(bs, sx, xs, 1, true, K, Q2kOrder{});
+      __syncthreads();
+    }
   }
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row 16 f + g + 8 h of the span
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
-  // The min terms: lane c takes columns 2 (c & 1), +1 over sub-blocks 8 (c >> 1) .. +7.
-  const int mc = 2 * (c & 1), ms = 8 * (c >> 1);
+  // The min terms of one row (BC = 1): lane c takes sub-blocks c + 4 i (scale byte c of word i)
+  // and the quad adds them up; of several: lane c takes columns 2 (c & 1), +1 over sub-blocks
+  // (c >> 1) + 2 i (byte 2 (i & 1) + (c >> 1) of word i / 2), lane c ^ 2 the other eight (fewer
+  // registers than every column in every lane). Word indices stay compile-time constants.
+  constexpr int MC = BC == 1 ? 1 : 2, MS = BC == 1 ? 4 : 8;
+  const int mc = BC == 1 ? 0 : 2 * (c & 1);
   for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
     if (pass > 0) {
       ring.prime(fill);
       stage_columns(bs, sx, xs + pass, 1, true, K, Q2kOrder{});
       __syncthreads();
     }
-    float acc[2][2][2] = {}, accm[2][2][2] = {};  // [f][h][p]: rows 16 f + g + 8 h, column 2c + p / mc + p
+    float acc[2][2][2] = {}, accm[2][2][MC] = {};  // [f][h][p]: rows 16 f + g + 8 h, column 2c + p / mc + p
     ring.run(fill, [&](int64_t b, const uint8_t* st) {
       const uint32_t* st32 = reinterpret_cast<const uint32_t*>(st);
       int off[2][2];  // the block's byte offset in the slot (a multiple of 4)
       float d[2][2];
       uint32_t sw[2][2][4];  // the 16 scale bytes
-      float2 hs[8];          // this lane's min-term sums: sub-blocks ms.., columns mc, mc + 1
-      HS_UNROLL for (int i = 0; i < 8; ++i)
-        hs[i] = *reinterpret_cast<const float2*>(sx + (b * 16 + ms + i) * kBCols + mc);
+      float dmin[2][2];
       HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
         off[f][h] = (16 * f + g + 8 * h) * kQ2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 84 * b) & 15);
         const uint32_t dd = st32[(off[f][h] + 80) >> 2];  // d, dmin
         d[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd));
+        dmin[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd >> 16));
         HS_UNROLL for (int i = 0; i < 4; ++i) sw[f][h][i] = st32[(off[f][h] >> 2) + i];
-        const float dmin = f16_bits_to_f32(static_cast<uint16_t>(dd >> 16));
-        HS_UNROLL for (int i = 0; i < 8; ++i) {
-          const int S = ms + i;
-          const float ml = dmin * uint_f((sw[f][h][S >> 2] >> (8 * (S & 3) + 4)) & 15u);
-          accm[f][h][0] = fmaf(-ml, hs[i].x, accm[f][h][0]);
-          accm[f][h][1] = fmaf(-ml, hs[i].y, accm[f][h][1]);
+      }
+      HS_UNROLL for (int i = 0; i < MS; ++i) {
+        const int S = BC == 1 ? c + 4 * i : (c >> 1) + 2 * i;
+        float hs[MC];  // the sub-block's sums of columns mc.. inputs
+        if constexpr (MC == 2) {
+          const float2 v = *reinterpret_cast<const float2*>(sx + (b * 16 + S) * kBCols + mc);
+          hs[0] = v.x, hs[MC - 1] = v.y;
+        } else {
+          hs[0] = sx[(b * 16 + S) * kBCols];
+        }
+        HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+          const uint32_t scw = BC == 1 ? sw[f][h][i] >> (8 * c) : sw[f][h][i >> 1] >> (8 * (2 * (i & 1) + (c >> 1)));
+          const float ml = dmin[f][h] * uint_f((scw >> 4) & 15u);
+          HS_UNROLL for (int j = 0; j < MC; ++j) accm[f][h][j] = fmaf(-ml, hs[j], accm[f][h][j]);
         }
       }
       const uint2* bb = bs + b * 16 * kBCols * 4 + g * 4 + c;  // sub-block S of the block: + S * kBCols * 4
@@ -138,11 +156,22 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
         }
       }
     });
-    // Column 2c + p: its products (lane c) plus its min terms (lanes c & 1 and (c & 1) + 2, in
-    // that order); lanes c >= 2 hold only the zero columns 4..7.
-    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p) {
-      const float other = __shfl_xor_sync(kFullMask, accm[f][h][p], 2);
-      acc[f][h][p] += c < 2 ? accm[f][h][p] + other : 0.f;
+    // The min terms into the products: one row's column 0 (the quad's four partial sums by a
+    // butterfly, in lane c = 0, before the terms are added up: a bf16 row gives the one-term
+    // bits); several rows' column 2c + p (lanes c & 1 and (c & 1) + 2 in that order, for c < 2;
+    // lanes c >= 2 hold only the zero columns 4..7).
+    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+      if constexpr (BC == 1) {
+        float m = accm[f][h][0];
+        m += __shfl_xor_sync(kFullMask, m, 1);
+        m += __shfl_xor_sync(kFullMask, m, 2);
+        if (c == 0) acc[f][h][0] += m;
+      } else {
+        HS_UNROLL for (int p = 0; p < 2; ++p) {
+          const float other = __shfl_xor_sync(kFullMask, accm[f][h][p], 2);
+          acc[f][h][p] += c < 2 ? accm[f][h][p] + other : 0.f;
+        }
+      }
     }
     columns_to_red<BC>(acc, three, red + (ks * a.TR + tr) * BC * 32);
     __syncthreads();
@@ -183,14 +212,11 @@ bool q2k_down_ok(DeviceContext& ctx, const WeightView& w2, const MoeShared* shar
          q2k_smem(K) + 2048 <= ctx.props().sharedMemPerBlockOptin;
 }
 
-// nk routed segments and nsh shared ones: the K-split as deep as keeps every warp at two or
-// more steps, the rest of the block's warps row spans.
-void q2k_down(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* w_end) {
+// nk routed segments and nsh shared ones: kSlotKsplit K-splits (ksplit > 0: forced), the rest of
+// the block's warps row spans.
+void q2k_down(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* w_end, int ksplit) {
   if (nk + nsh == 0) return;
-  const int64_t nb = a.K / 256;
-  a.KS = kWarps;
-  while (a.KS > 1 && nb < 2 * a.KS) a.KS /= 2;
-  a.TR = kWarps / a.KS;
+  split_warps(a, a.K / 256, kSlotKsplit, ksplit);
   a.q0 = 0, a.nk = nk, a.nsh = nsh;
   const size_t smem = q2k_smem(a.K);
   const void* kern = reinterpret_cast<const void*>(q2k_down_kernel);
