@@ -65,7 +65,7 @@ constexpr int64_t kMoeGroupedFrom = 8;  // measured: 2..4 tokens were faster per
 struct MoeTuning {
   int64_t grouped_from = kMoeGroupedFrom;  // fewest tokens on the grouped decode (kMoeDecodeMaxTokens + 1: never)
   // K-splits per block of 8 warps in the q2 mix's tensor-core kernels (1, 2, 4 or 8; 0: the
-  // rule), per-slot (n <= 8) and grouped; the rest of the warps are row spans. Halved where a
+  // rule), per slot and grouped; the rest of the warps are row spans. Halved where a
   // warp would get fewer than two 256-element steps.
   int gate_up_ksplit = 0, down_ksplit = 0;
 };

@@ -220,6 +220,25 @@ __device__ __forceinline__ uint32_t stage_columns(uint2* bs, float* sx, const fl
   return inexact;
 }
 
+// The bodies' first staging of cnt input rows, ending with a barrier: one term per column when
+// every x is a bf16 value, else the first row's three terms (then the rows run one at a time).
+// One row (BC = 1) takes its three terms at once: the same bits as one term when x is bf16,
+// without a second staging pass. Returns whether the columns hold three terms.
+template <int BC, class Src>
+__device__ __forceinline__ bool stage_inputs(uint2* bs, float* sx, const float* const* xs, int cnt, int64_t K,
+                                             Src src) {
+  if constexpr (BC == 1) {
+    stage_columns(bs, sx, xs, 1, true, K, src);
+    __syncthreads();
+    return true;
+  } else {
+    if (!__syncthreads_or(stage_columns(bs, sx, xs, cnt, false, K, src) != 0)) return false;
+    stage_columns(bs, sx, xs, 1, true, K, src);
+    __syncthreads();
+    return true;
+  }
+}
+
 // A body's column sums (lane (g, c) holds columns 2c, 2c+1 of rows g, g+8 of each fragment f)
 // into red[(warp_slot * BC + col) * 32 + 16 f + g + 8 h]; three terms: the token's sum
 // (t0 + t1) + t2 into column 0.

@@ -127,20 +127,8 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   const WarpRing<kIq2Depth> ring{wring, kIq2Slot, J0, J1};
   ring.prime(fill);
   // The columns go to shared memory while the first steps load (the barrier also publishes the
-  // tables); x that is not bf16 makes the rows run one at a time with three terms. One row
-  // (BC = 1) takes its three terms at once: the same bits as one term when x is bf16, without
-  // a second staging pass.
-  bool three = true;
-  if constexpr (BC == 1) {
-    stage_columns(bs, nullptr, xs, 1, true, K, Iq2Order{});
-    __syncthreads();
-  } else {
-    three = __syncthreads_or(stage_columns(bs, nullptr, xs, cnt, false, K, Iq2Order{}) != 0);
-    if (three) {
-      stage_columns(bs, nullptr, xs, 1, true, K, Iq2Order{});
-      __syncthreads();
-    }
-  }
+  // tables).
+  const bool three = stage_inputs<BC>(bs, nullptr, xs, cnt, K, Iq2Order{});
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
   for (int pass = 0; pass < (three ? cnt : 1); ++pass) {

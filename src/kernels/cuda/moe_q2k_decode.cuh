@@ -75,18 +75,7 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   };
   const WarpRing<kQ2Depth> ring{wring, kQ2Slot, J0, J1};
   ring.prime(fill);
-  // One row (BC = 1) takes its three terms at once (as iq2_body).
-  bool three = true;
-  if constexpr (BC == 1) {
-    stage_columns(bs, sx, xs, 1, true, K, Q2kOrder{});
-    __syncthreads();
-  } else {
-    three = __syncthreads_or(stage_columns(bs, sx, xs, cnt, false, K, Q2kOrder{}) != 0);
-    if (three) {
-      stage_columns(bs, sx, xs, 1, true, K, Q2kOrder{});
-      __syncthreads();
-    }
-  }
+  const bool three = stage_inputs<BC>(bs, sx, xs, cnt, K, Q2kOrder{});
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row 16 f + g + 8 h of the span
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
   // The min terms of one row (BC = 1): lane c takes sub-blocks c + 4 i (scale byte c of word i)
