@@ -213,6 +213,13 @@ class Ops {
     rmsnorm(x, w, rows, eps, y);
     if (r.out) round_bf16(y, rows * d);
   }
+  // rmsnorm_bf16, then act_quant_fp8_copy(yq, y) (yq may be y): the FP8 input of the linears that
+  // read the normed rows, in the norm's own launch on a device backend.
+  virtual void rmsnorm_bf16_fp8(float* x, const std::vector<float>& w, int64_t rows, float eps, float* y, float* yq,
+                                Bf16Round r) {
+    rmsnorm_bf16(x, w, rows, eps, y, r);
+    act_quant_fp8_copy(yq, y, rows, static_cast<int64_t>(w.size()), false);
+  }
   virtual void rmsnorm_unweighted_bf16(float* x, int64_t rows, int64_t d, float eps, Bf16Round r) {
     if (r.in) round_bf16(x, rows * d);
     rmsnorm_unweighted(x, rows, d, eps);
@@ -223,6 +230,16 @@ class Ops {
     if (r.in) round_bf16(x, n * heads * head_dim);
     rope(x, n, heads, head_dim, t, pos, sign);
     if (r.out) round_bf16(x, n * heads * head_dim);
+  }
+  // Per-head rmsnorm (weights w [head_dim], or none when w is null; norm_r), then RoPE forward
+  // (rope_r), in place on x [n, heads, head_dim]: the query's and the KV row's norm + RoPE, in one
+  // launch on a device backend.
+  virtual void rmsnorm_rope_bf16(float* x, const std::vector<float>* w, int64_t n, int64_t heads, int64_t head_dim,
+                                 float eps, const RopeTable& t, const int64_t* pos, Bf16Round norm_r,
+                                 Bf16Round rope_r) {
+    if (w) rmsnorm_bf16(x, *w, n * heads, eps, x, norm_r);
+    else rmsnorm_unweighted_bf16(x, n * heads, head_dim, eps, norm_r);
+    rope_bf16(x, n, heads, head_dim, t, pos, +1, rope_r);
   }
   virtual void scale_bf16(float* x, int64_t n, float s, Bf16Round r) {
     if (r.in) round_bf16(x, n);

@@ -12,8 +12,10 @@ namespace {
 // One block per row; the sum of squares is reduced in a fixed order. y may alias x.
 // xw (non-null: BF16 rounding of the input, = x) gets the rounded input written back; round_out
 // rounds y. Each thread reads and writes only its own elements, so the write-back is safe.
+// yq (non-null): after a barrier, y's FP8 round trip in 128-blocks (act_quant_fp8's, one warp per
+// block: the same bits as that op run on y) into yq, which may be y.
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y, float* xw,
-                               bool round_out) {
+                               bool round_out, float* yq = nullptr) {
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
@@ -33,6 +35,57 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float 
     const float o = w ? w[i] * v : v;
     yr[i] = round_out ? bf16_round(o) : o;
   }
+  if (!yq) return;
+  __syncthreads();  // the row of y is written (and visible to the block)
+  for (int64_t b0 = (threadIdx.x >> 5) * 128; b0 < d; b0 += (blockDim.x >> 5) * 128)
+    fp8_block_warp(yq + blockIdx.x * d, yr, b0, min64(d, b0 + 128), false, false);
+}
+
+// The threads of one rmsnorm row of d (rmsnorm_kernel and rmsnorm_rope_kernel: the same split,
+// so the same sum of squares).
+int rmsnorm_threads(int64_t d) { return d >= 2048 ? 512 : d >= 512 ? 256 : 128; }
+
+// Rotation of the pair (a.x, a.y) by angle pos * inv_freq (rope_kernel's and rope_bf16_kernel's).
+__device__ __forceinline__ float2 rope_pair(float2 a, float pos, float inv_freq, float sign) {
+  float s, c;
+  sincosf(pos * inv_freq, &s, &c);
+  s *= sign;
+  return make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
+}
+
+// rmsnorm of each head row of x [rows = n * heads, head_dim] (weights w or none), then RoPE
+// (forward) of its trailing rope_dim channels, in place, with the rounding points of the
+// unfused sequence rmsnorm_bf16(norm_r) -> rope_bf16(rope_r): one block per row, the sum of
+// squares split as rmsnorm_kernel's (same threads per row, same order), then each thread one
+// pair at a time (the same products and rotation): the same bits.
+__global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int64_t head_dim, float eps,
+                                    int rope_dim, const int64_t* pos, int64_t p0, int64_t stride,
+                                    const float* inv_freq, bool norm_in, bool norm_out, bool rope_out) {
+  __shared__ float red[32];
+  float* xr = x + blockIdx.x * head_dim;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    const float v = norm_in ? bf16_round(xr[i]) : xr[i];
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss, red);  // (its barrier: every read above is done before the writes below)
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
+  const int64_t t = blockIdx.x / heads, first = (head_dim - rope_dim) / 2;
+  const float p = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride);
+  for (int64_t pr = threadIdx.x; pr < head_dim / 2; pr += blockDim.x) {
+    float o[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t i = 2 * pr + e;
+      const float v = (norm_in ? bf16_round(xr[i]) : xr[i]) * inv;
+      o[e] = w ? w[i] * v : v;
+      if (norm_out) o[e] = bf16_round(o[e]);
+    }
+    float2 a = make_float2(o[0], o[1]);
+    if (pr >= first) a = rope_pair(a, p, inv_freq[pr - first], 1.0f);
+    if (rope_out) a = make_float2(bf16_round(a.x), bf16_round(a.y));
+    reinterpret_cast<float2*>(xr)[pr] = a;
+  }
 }
 
 // RoPE with BF16 rounding over whole heads: one thread per channel pair of [n, heads, head_dim];
@@ -49,13 +102,7 @@ __global__ void rope_bf16_kernel(float* x, int64_t n, int64_t heads, int64_t hea
     float2* v = reinterpret_cast<float2*>(x + th * head_dim + 2 * pr);
     float2 a = *v;
     if (round_in) a = make_float2(bf16_round(a.x), bf16_round(a.y));
-    if (pr >= first) {
-      const float ang = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride) * inv_freq[pr - first];
-      float s, c;
-      sincosf(ang, &s, &c);
-      s *= sign;
-      a = make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
-    }
+    if (pr >= first) a = rope_pair(a, static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride), inv_freq[pr - first], sign);
     if (round_out) a = make_float2(bf16_round(a.x), bf16_round(a.y));
     *v = a;
   }
@@ -72,13 +119,8 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim
     const int p = static_cast<int>(i % half);
     const int64_t th = i / half;  // t * heads + h
     const int64_t t = th / heads;
-    const float ang = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride) * inv_freq[p];
-    float s, c;
-    sincosf(ang, &s, &c);
-    s *= sign;
     float2* v = reinterpret_cast<float2*>(x + th * head_dim + (head_dim - rope_dim) + 2 * p);
-    const float2 a = *v;
-    *v = make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
+    *v = rope_pair(*v, static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride), inv_freq[p], sign);
   }
 }
 
@@ -117,19 +159,19 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
   if (rows <= 0) return;
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
-  const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
+  const int threads = rmsnorm_threads(d);
   rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, nullptr, false);
   HS_CUDA_CHECK_LAUNCH();
 }
 
 void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
-                  Bf16Round r) {
+                  Bf16Round r, float* fp8_out) {
   if (rows <= 0) return;
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
-  const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
+  const int threads = rmsnorm_threads(d);
   rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, r.in ? x : nullptr,
-                                                                           r.out);
+                                                                           r.out, fp8_out);
   HS_CUDA_CHECK_LAUNCH();
 }
 
@@ -143,6 +185,21 @@ void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t h
   const int64_t total = n * heads * (head_dim / 2);
   rope_bf16_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, p0, stride,
                                                                     inv_freq, static_cast<float>(sign), r.in, r.out);
+  HS_CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_rope(DeviceContext& ctx, float* x, const float* w, int64_t n, int64_t heads, int64_t head_dim, float eps,
+                  Bf16Round norm_r, int rope_dim, const int64_t* pos, int64_t p0, int64_t stride,
+                  const float* inv_freq, Bf16Round rope_r) {
+  if (n <= 0 || heads <= 0) return;
+  HS_CHECK(n * heads <= 0x7fffffff && head_dim > 0 && head_dim % 2 == 0, "rmsnorm_rope: bad shape ", n, "x", heads,
+           "x", head_dim);
+  HS_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "rope: bad rope_dim ", rope_dim,
+           " for head_dim ", head_dim);
+  DeviceGuard g(ctx.device());
+  rmsnorm_rope_kernel<<<static_cast<unsigned>(n * heads), rmsnorm_threads(head_dim), 0, ctx.stream()>>>(
+      x, w, heads, head_dim, eps, rope_dim, pos, p0, stride, inv_freq, norm_r.in, norm_r.out || rope_r.in,
+      rope_r.out);
   HS_CUDA_CHECK_LAUNCH();
 }
 

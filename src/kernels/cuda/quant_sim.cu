@@ -40,24 +40,8 @@ __global__ void fp8_blocks_kernel(float* x, const float* src, int64_t rows, int6
     float* v = x + r * stride;
     const float* in = src + r * stride;
     if (sg < nblk) {
-      const int64_t b0 = sg * block, b1 = min64(channels, b0 + block);
-      float val[4];
-      float amax = kFp8AmaxFloor;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = b0 + lane + 32 * k;
-        val[k] = i < b1 ? (bf16_before ? bf16_round(in[i]) : in[i]) : 0.0f;
-        if (i < b1) amax = amax_step(amax, val[k]);
-      }
-      const float s = block_scale(warp_amax(amax), 448.0f);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = b0 + lane + 32 * k;
-        if (i < b1) {
-          const float q = fp8_sim(val[k], s);
-          v[i] = bf16_after ? bf16_round(q) : q;
-        }
-      }
+      const int64_t b0 = sg * block;
+      fp8_block_warp(v, in, b0, min64(channels, b0 + block), bf16_before, bf16_after);
     } else {
       const int64_t c0 = channels + (sg - nblk) * 128;
 #pragma unroll
