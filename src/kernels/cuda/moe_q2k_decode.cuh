@@ -28,10 +28,7 @@ using namespace detail;
 
 namespace {
 
-// Staged bytes per row and step: the 96 copied (the 16-byte-aligned window around the 84-byte
-// block) plus 16 of padding, so the 8 rows g of one load fall in distinct banks (a 96-byte
-// stride puts rows g and g + 4 on the same banks: 2-way conflicts on every code and scale load).
-constexpr int kQ2Row = 112;
+constexpr int kQ2Row = 96;             // staged bytes per row and step
 constexpr int kQ2Slot = 32 * kQ2Row;   // one step of a warp's 32 rows
 constexpr int kQ2Depth = 3;            // ring slots per warp
 
