@@ -576,10 +576,9 @@ class CudaOps : public Ops {
     return p;
   }
 
-  // RoPE at the rows' positions: the step block's in a decode step, else p0 + t where they are
-  // consecutive (no array to upload), else an uploaded array; with r, the rounded variant.
-  // Positions of n rows on the device: the step's (a decode step), pos[0] + i (affine), or
-  // uploaded (scratch: release_to a mark taken before).
+  // Positions of n rows on the device: the step block's in a decode step, else p0 + t where they
+  // are consecutive (no array to upload), else an uploaded array (scratch: release_to a mark
+  // taken before).
   struct DevPos {
     const int64_t* p = nullptr;
     int64_t p0 = 0, stride = 0;
@@ -593,6 +592,7 @@ class CudaOps : public Ops {
     for (int64_t i = 1; i < n && affine; ++i) affine = pos[i] == pos[0] + i;
     return affine ? DevPos{nullptr, pos[0], 1} : DevPos{upload_i64(pos, n), 0, 0};
   }
+  // RoPE at the rows' positions; with r, the rounded variant.
   void rope_impl(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
                  int sign, Bf16Round r) {
     const size_t m = mark();
