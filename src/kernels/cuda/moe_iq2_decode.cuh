@@ -52,7 +52,16 @@ static_assert(iq2_signs_are_parity(), "IQ2_XXS signs: the 8th bit is the parity 
 // Signs b0..b3 (v < 16) as bit 5 of bytes 0..3 (+2 on each selector's high nibble): the multiply
 // puts copies of v at bits 5, 12, 19 and 26 (no two overlap, so nothing carries), bit j of copy j
 // at 8j + 5.
-__device__ __forceinline__ uint32_t iq2_sign_add(uint32_t v) { return v * 0x04081020u & 0x20202020u; }
+__host__ __device__ constexpr uint32_t iq2_sign_add(uint32_t v) { return v * 0x04081020u & 0x20202020u; }
+constexpr bool iq2_sign_add_spreads() {
+  for (uint32_t v = 0; v < 16; ++v) {
+    uint32_t want = 0;
+    for (int j = 0; j < 4; ++j) want |= ((v >> j) & 1u) << (8 * j + 5);
+    if (iq2_sign_add(v) != want) return false;
+  }
+  return true;
+}
+static_assert(iq2_sign_add_spreads(), "IQ2_XXS signs: the multiply must put sign j at bit 8j + 5 only");
 
 // Dynamic shared memory: [tables][B columns: K/16 k-groups x kBCols x 32 B][ring][16 B pad].
 size_t iq2_smem(int64_t K) {
