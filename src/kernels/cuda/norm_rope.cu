@@ -9,6 +9,37 @@ using namespace detail;
 
 namespace {
 
+// 1 / RMS of row xr of d, one block per row: each thread's elements i = tid + k * blockDim
+// summed in order, then block_sum (its barriers: every thread's reads are done when it returns).
+// round_in: the input rounded to bf16 first (written back to xw when non-null).
+__device__ __forceinline__ float row_inv_rms(const float* xr, int64_t d, float eps, bool round_in, float* xw,
+                                             float* red) {
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
+    float v = xr[i];
+    if (round_in) {
+      v = bf16_round(v);
+      if (xw) xw[i] = v;
+    }
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss, red);
+  return 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+}
+
+// Element i of the normed row (weights w or none), rounded to bf16 when round_out.
+__device__ __forceinline__ float norm_elem(const float* xr, const float* w, int64_t i, float inv, bool round_in,
+                                           bool round_out) {
+  const float v = (round_in ? bf16_round(xr[i]) : xr[i]) * inv;  // (rounding is idempotent)
+  const float o = w ? w[i] * v : v;
+  return round_out ? bf16_round(o) : o;
+}
+
+// Position of row t: pos[t] + p0, or p0 + t * stride when pos is null.
+__device__ __forceinline__ float rope_position(const int64_t* pos, int64_t p0, int64_t stride, int64_t t) {
+  return static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride);
+}
+
 // One block per row; the sum of squares is reduced in a fixed order. y may alias x.
 // xw (non-null: BF16 rounding of the input, = x) gets the rounded input written back; round_out
 // rounds y. Each thread reads and writes only its own elements, so the write-back is safe.
@@ -19,22 +50,8 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float 
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = xr[i];
-    if (xw) {
-      v = bf16_round(v);
-      xw[blockIdx.x * d + i] = v;
-    }
-    ss = fmaf(v, v, ss);
-  }
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float v = (xw ? bf16_round(xr[i]) : xr[i]) * inv;  // (rounding is idempotent)
-    const float o = w ? w[i] * v : v;
-    yr[i] = round_out ? bf16_round(o) : o;
-  }
+  const float inv = row_inv_rms(xr, d, eps, xw != nullptr, xw ? xw + blockIdx.x * d : nullptr, red);
+  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = norm_elem(xr, w, i, inv, xw != nullptr, round_out);
   if (!yq) return;
   __syncthreads();  // the row of y is written (and visible to the block)
   for (int64_t b0 = (threadIdx.x >> 5) * 128; b0 < d; b0 += (blockDim.x >> 5) * 128)
@@ -63,25 +80,13 @@ __global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int
                                     const float* inv_freq, bool norm_in, bool norm_out, bool rope_out) {
   __shared__ float red[32];
   float* xr = x + blockIdx.x * head_dim;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    const float v = norm_in ? bf16_round(xr[i]) : xr[i];
-    ss = fmaf(v, v, ss);
-  }
-  ss = block_sum(ss, red);  // (its barrier: every read above is done before the writes below)
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(head_dim) + eps);
+  // (row_inv_rms's barrier: every read of the row is done before the writes below)
+  const float inv = row_inv_rms(xr, head_dim, eps, norm_in, nullptr, red);
   const int64_t t = blockIdx.x / heads, first = (head_dim - rope_dim) / 2;
-  const float p = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride);
+  const float p = rope_position(pos, p0, stride, t);
   for (int64_t pr = threadIdx.x; pr < head_dim / 2; pr += blockDim.x) {
-    float o[2];
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int64_t i = 2 * pr + e;
-      const float v = (norm_in ? bf16_round(xr[i]) : xr[i]) * inv;
-      o[e] = w ? w[i] * v : v;
-      if (norm_out) o[e] = bf16_round(o[e]);
-    }
-    float2 a = make_float2(o[0], o[1]);
+    float2 a = make_float2(norm_elem(xr, w, 2 * pr, inv, norm_in, norm_out),
+                           norm_elem(xr, w, 2 * pr + 1, inv, norm_in, norm_out));
     if (pr >= first) a = rope_pair(a, p, inv_freq[pr - first], 1.0f);
     if (rope_out) a = make_float2(bf16_round(a.x), bf16_round(a.y));
     reinterpret_cast<float2*>(xr)[pr] = a;
@@ -102,14 +107,13 @@ __global__ void rope_bf16_kernel(float* x, int64_t n, int64_t heads, int64_t hea
     float2* v = reinterpret_cast<float2*>(x + th * head_dim + 2 * pr);
     float2 a = *v;
     if (round_in) a = make_float2(bf16_round(a.x), bf16_round(a.y));
-    if (pr >= first) a = rope_pair(a, static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride), inv_freq[pr - first], sign);
+    if (pr >= first) a = rope_pair(a, rope_position(pos, p0, stride, t), inv_freq[pr - first], sign);
     if (round_out) a = make_float2(bf16_round(a.x), bf16_round(a.y));
     *v = a;
   }
 }
 
-// One thread per (token, head, pair).
-// Position of row t: pos[t] + p0, or p0 + t * stride when pos is null.
+// One thread per (token, head, pair) of the trailing rope_dim channels (positions: rope_position).
 __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
                             int64_t p0, int64_t stride, const float* inv_freq, float sign) {
   const int half = rope_dim / 2;
@@ -120,7 +124,7 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim
     const int64_t th = i / half;  // t * heads + h
     const int64_t t = th / heads;
     float2* v = reinterpret_cast<float2*>(x + th * head_dim + (head_dim - rope_dim) + 2 * p);
-    *v = rope_pair(*v, static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride), inv_freq[p], sign);
+    *v = rope_pair(*v, rope_position(pos, p0, stride, t), inv_freq[p], sign);
   }
 }
 
