@@ -306,6 +306,7 @@ ModelConfig config_from_hf_json(const std::string& text, const std::string& path
     fail(path, ": missing key 'layer_types' (or legacy 'compress_ratios')");
   }
   // The legacy list has an extra entry per MTP layer; the main stack uses the first n_layers.
+  HS_CHECK(c.n_layers >= 1, path, ": num_hidden_layers must be at least 1, got ", c.n_layers);
   HS_CHECK(static_cast<int>(c.compress_ratios.size()) >= c.n_layers, path, ": attention schedule has ",
            c.compress_ratios.size(), " entries, expected at least num_hidden_layers = ", c.n_layers);
   if (static_cast<int>(c.compress_ratios.size()) > c.n_layers) c.mtp_ratio = c.compress_ratios[static_cast<size_t>(c.n_layers)];
