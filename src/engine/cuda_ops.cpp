@@ -71,6 +71,7 @@ class CudaOps : public Ops {
   }
   void set_profiling(bool on) override { prof_.enable(on); }
   void set_moe_ksplit(int gate_up, int down) override { moe_tune_.gate_up_ksplit = gate_up, moe_tune_.down_ksplit = down; }
+  void set_pdl(bool on) override { ctx_.set_pdl(on); }
   std::string profile_report() override { return prof_.report(); }
 
   // ---- memory: a stack of allocations over blocks that only grow (never moved or freed early)

@@ -83,6 +83,8 @@ class Ops {
   virtual void set_profiling(bool) {}
   // Tuning of the decode MoE kernels (EngineOptions::moe_ksplit); backends without them ignore it.
   virtual void set_moe_ksplit(int /*gate_up*/, int /*down*/) {}
+  // Programmatic dependent launch of the backend's kernels (EngineOptions::pdl); others ignore it.
+  virtual void set_pdl(bool /*on*/) {}
   virtual std::string profile_report() { return {}; }
 
   // Scratch memory, stack-like: alloc() hands out backend memory until release_to(mark())

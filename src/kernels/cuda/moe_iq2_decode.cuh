@@ -210,6 +210,7 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
 // experts in ascending order into a.idx_sorted.
 __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, const uint8_t* wa_end,
                                                                   const uint8_t* wb_end) {
+  pdl_enter();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   __shared__ float red[kWarps * 32];
@@ -253,7 +254,7 @@ void iq2_gate_up(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t*
   const int64_t span = 16 * a.TR;
   const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh));
   void* args[] = {&a, &wa_end, &wb_end};
-  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 }  // namespace

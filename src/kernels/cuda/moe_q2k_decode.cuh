@@ -173,6 +173,7 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
 // planes in a.wa[1], a.sa[1]; moe_fast_decode.cuh's body), the rest routed segments y - a.nsh
 // (expert a.idx[q] of w2 against h row q). Each segment's rows into a.out[q * rows + row].
 __global__ void __launch_bounds__(kThreads, 2) q2k_down_kernel(FastArgs a, const uint8_t* w_end) {
+  pdl_enter();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   __shared__ float red[kWarps * 32];
@@ -213,7 +214,7 @@ void q2k_down(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* w_
   const int64_t span = 32 * a.TR;
   const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh));
   void* args[] = {&a, &w_end};
-  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 }  // namespace

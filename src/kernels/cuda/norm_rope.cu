@@ -46,7 +46,8 @@ __device__ __forceinline__ float rope_position(const int64_t* pos, int64_t p0, i
 // yq (non-null): after a barrier, y's FP8 round trip in 128-blocks (act_quant_fp8's, one warp per
 // block: the same bits as that op run on y) into yq, which may be y.
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y, float* xw,
-                               bool round_out, float* yq = nullptr) {
+                               bool round_out, float* yq) {
+  pdl_enter();
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
@@ -78,6 +79,7 @@ __device__ __forceinline__ float2 rope_pair(float2 a, float pos, float inv_freq,
 __global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int64_t head_dim, float eps,
                                     int rope_dim, const int64_t* pos, int64_t p0, int64_t stride,
                                     const float* inv_freq, bool norm_in, bool norm_out, bool rope_out) {
+  pdl_enter();
   __shared__ float red[32];
   float* xr = x + blockIdx.x * head_dim;
   // (row_inv_rms's barrier: every read of the row is done before the writes below)
@@ -99,6 +101,7 @@ __global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int
 __global__ void rope_bf16_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
                                  const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, float sign,
                                  bool round_in, bool round_out) {
+  pdl_enter();
   const int64_t half = head_dim / 2, first = (head_dim - rope_dim) / 2;
   const int64_t total = n * heads * half;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -116,6 +119,7 @@ __global__ void rope_bf16_kernel(float* x, int64_t n, int64_t heads, int64_t hea
 // One thread per (token, head, pair) of the trailing rope_dim channels (positions: rope_position).
 __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
                             int64_t p0, int64_t stride, const float* inv_freq, float sign) {
+  pdl_enter();
   const int half = rope_dim / 2;
   const int64_t total = n * heads * half;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -129,12 +133,14 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] += x[i];
 }
 
 __global__ void scale_kernel(float* x, int64_t n, float s, bool round_in, bool round_out) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = (round_in ? bf16_round(x[i]) : x[i]) * s;
@@ -143,12 +149,14 @@ __global__ void scale_kernel(float* x, int64_t n, float s, bool round_in, bool r
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float v) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] = v;
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, int64_t n, float limit, float* h) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float gg = fminf(g[i], limit);
@@ -164,8 +172,7 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
   const int threads = rmsnorm_threads(d);
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, nullptr, false);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, rmsnorm_kernel, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y, nullptr, false, nullptr);
 }
 
 void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
@@ -174,9 +181,8 @@ void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, in
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
   const int threads = rmsnorm_threads(d);
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, r.in ? x : nullptr,
-                                                                           r.out, fp8_out);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, rmsnorm_kernel, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y, r.in ? x : nullptr, r.out,
+         fp8_out);
 }
 
 void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
@@ -187,9 +193,8 @@ void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t h
   HS_CHECK(sign == 1 || sign == -1, "rope: sign must be +1 or -1");
   DeviceGuard g(ctx.device());
   const int64_t total = n * heads * (head_dim / 2);
-  rope_bf16_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, p0, stride,
+  launch(ctx, rope_bf16_kernel, grid_for(total, 256), 256, 0, x, n, heads, head_dim, rope_dim, pos, p0, stride,
                                                                     inv_freq, static_cast<float>(sign), r.in, r.out);
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 void rmsnorm_rope(DeviceContext& ctx, float* x, const float* w, int64_t n, int64_t heads, int64_t head_dim, float eps,
@@ -201,10 +206,8 @@ void rmsnorm_rope(DeviceContext& ctx, float* x, const float* w, int64_t n, int64
   HS_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "rope: bad rope_dim ", rope_dim,
            " for head_dim ", head_dim);
   DeviceGuard g(ctx.device());
-  rmsnorm_rope_kernel<<<static_cast<unsigned>(n * heads), rmsnorm_threads(head_dim), 0, ctx.stream()>>>(
-      x, w, heads, head_dim, eps, rope_dim, pos, p0, stride, inv_freq, norm_r.in, norm_r.out || rope_r.in,
+  launch(ctx, rmsnorm_rope_kernel, static_cast<unsigned>(n * heads), rmsnorm_threads(head_dim), 0, x, w, heads, head_dim, eps, rope_dim, pos, p0, stride, inv_freq, norm_r.in, norm_r.out || rope_r.in,
       rope_r.out);
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 void rope(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
@@ -226,44 +229,38 @@ void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t
   HS_CHECK(sign == 1 || sign == -1, "rope: sign must be +1 or -1");
   DeviceGuard g(ctx.device());
   const int64_t total = n * heads * (rope_dim / 2);
-  rope_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, p0, stride,
+  launch(ctx, rope_kernel, grid_for(total, 256), 256, 0, x, n, heads, head_dim, rope_dim, pos, p0, stride,
                                                                inv_freq, static_cast<float>(sign));
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 void add(DeviceContext& ctx, float* y, const float* x, int64_t n) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  add_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(y, x, n);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, add_kernel, grid_for(n, 256), 256, 0, y, x, n);
 }
 
 void scale(DeviceContext& ctx, float* x, int64_t n, float s) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s, false, false);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, scale_kernel, grid_for(n, 256), 256, 0, x, n, s, false, false);
 }
 
 void scale_bf16(DeviceContext& ctx, float* x, int64_t n, float s, Bf16Round r) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s, r.in, r.out);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, scale_kernel, grid_for(n, 256), 256, 0, x, n, s, r.in, r.out);
 }
 
 void fill(DeviceContext& ctx, float* x, int64_t n, float v) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  fill_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, v);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, fill_kernel, grid_for(n, 256), 256, 0, x, n, v);
 }
 
 void swiglu_clamp(DeviceContext& ctx, const float* g, const float* u, int64_t n, float limit, float* h) {
   if (n <= 0) return;
   DeviceGuard guard(ctx.device());
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(g, u, n, limit, h);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, swiglu_kernel, grid_for(n, 256), 256, 0, g, u, n, limit, h);
 }
 
 }  // namespace hs::cuda
