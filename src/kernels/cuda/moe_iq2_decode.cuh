@@ -35,19 +35,6 @@ constexpr int kIq2Slot = 32 * kIq2Row;   // one step of a warp's 32 rows
 constexpr int kIq2Depth = 3;             // ring slots per warp
 constexpr int kIq2Tables = 2048;  // permute selectors of the grid entries (256 x 8 B)
 
-// The IQ2_XXS sign byte of a 7-bit sign index: its 8th sign is the parity of the 7 (ggml's
-// ksigns_iq2xs table, computed: a random index into a shared-memory table costs ~5 bank
-// conflicts per warp, the arithmetic ~8 instructions).
-__device__ __forceinline__ uint32_t iq2_sign_byte(uint32_t s7) { return s7 | ((__popc(s7) << 7) & 128u); }
-constexpr bool iq2_signs_are_parity() {
-  for (uint32_t i = 0; i < 128; ++i) {
-    uint32_t p = 0;
-    for (uint32_t b = i; b; b >>= 1) p ^= b & 1u;
-    if ((i | p << 7) != qtab::kKsignsIq2xs[i]) return false;
-  }
-  return true;
-}
-static_assert(iq2_signs_are_parity(), "IQ2_XXS signs: the 8th bit is the parity of the 7");
 
 // Signs b0..b3 (v < 16) as bit 5 of bytes 0..3 (+2 on each selector's high nibble): the multiply
 // puts copies of v at bits 5, 12, 19 and 26 (no two overlap, so nothing carries), bit j of copy j
