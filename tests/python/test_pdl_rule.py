@@ -21,6 +21,16 @@ def strip_comments(s):
     return re.sub(r"//[^\n]*", "", s)
 
 
+def past_match(src, i, pair="()"):
+    """The index just past the bracket that closes the one at src[i]."""
+    depth = 0
+    while True:
+        depth += {pair[0]: 1, pair[1]: -1}.get(src[i], 0)
+        i += 1
+        if depth == 0:
+            return i
+
+
 def kernels(src):
     """(name, body) of each __global__ definition in src."""
     out = []
@@ -29,28 +39,14 @@ def kernels(src):
         # The parameter list: the first '(' after the name (skip __launch_bounds__(...)).
         lb = re.match(r"\s*(void\s+)?__launch_bounds__\s*\(", src[i:])
         if lb:
-            depth, j = 1, i + lb.end()
-            while depth:
-                depth += {"(": 1, ")": -1}.get(src[j], 0)
-                j += 1
-            i = j
+            i = past_match(src, i + lb.end() - 1)
         p = src.index("(", i)
         name = src[i:p].split()[-1] if src[i:p].split() else "?"
-        depth, j = 0, p
-        while True:
-            depth += {"(": 1, ")": -1}.get(src[j], 0)
-            j += 1
-            if depth == 0:
-                break
+        j = past_match(src, p)
         brace = src.find("{", j)
         if brace < 0 or ";" in src[j:brace]:
             continue  # a declaration
-        depth, k = 0, brace
-        while True:
-            depth += {"{": 1, "}": -1}.get(src[k], 0)
-            k += 1
-            if depth == 0:
-                break
+        k = past_match(src, brace, "{}")
         out.append((name, src[brace + 1:k - 1]))
     return out
 
