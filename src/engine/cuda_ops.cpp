@@ -415,8 +415,8 @@ class CudaOps : public Ops {
   // MoE: router and routing on the device, then cuda::moe_experts for the routed and the shared
   // experts, with the rounding points of CpuOps::moe under model numerics (the FP8 input
   // quantisation is per row, so it is done once before the experts). Nothing waits for the host.
-  void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-           Numerics num, float* y) override {
+  void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const float* xq, const int32_t* tokens,
+           int64_t n, Numerics num, float* y) override {
     auto prof = prof_.scope("moe", [&] {
       return n <= cuda::kMatvecMaxCols ? std::string(" n<=8") : n <= cuda::kMoeDecodeMaxTokens ? " n<=32 (decode x8)" : " n>32";
     });
@@ -433,11 +433,11 @@ class CudaOps : public Ops {
     float* dw = alloc(n * K);
     cuda::moe_route(ctx_, logits, n, E, K, w.gate_bias.empty() ? nullptr : vec(w.gate_bias),
                     hash ? ivec(w.tid2eid) : nullptr, dtok, c.route_scale, didx, dw);
-    const float* xin = x;
-    if (model) {
-      float* xq = alloc(n * D);
-      act_quant_fp8_copy(xq, x, n, D, false);
-      xin = xq;
+    const float* xin = model ? xq : x;
+    if (model && !xq) {
+      float* own = alloc(n * D);
+      act_quant_fp8_copy(own, x, n, D, false);
+      xin = own;
     }
     void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
     const cuda::MoeShared shared{weight(w.sh_w1), weight(w.sh_w3), weight(w.sh_w2)};

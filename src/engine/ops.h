@@ -198,8 +198,10 @@ class Ops {
   // rows [n_rows, hd] in host memory; out [nq, heads, hd] on the backend.
   virtual void attention_dense(const float* q, int64_t nq, int64_t heads, int64_t hd, const float* rows, int64_t n_rows,
                                const std::vector<float>& sinks, float scale, float* out) = 0;
-  virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-                   Numerics num, float* y) = 0;
+  // The MoE of x [n, D] (the router reads x). Under model numerics the experts read x's FP8 round
+  // trip: xq when given (made by the FFN norm's launch: rmsnorm_bf16_fp8), else the backend makes it.
+  virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const float* xq, const int32_t* tokens,
+                   int64_t n, Numerics num, float* y) = 0;
 
   // Model-numerics round trips (in place).
   virtual void round_bf16(float* x, int64_t n) = 0;
