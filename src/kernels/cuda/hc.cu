@@ -233,7 +233,6 @@ constexpr int64_t kHcClusterMaxTokens = 16;
 template <bool HEAD, int kHcCluster, int kHcClusterThreads>
 __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcParams p, const float* X, float* u,
                                                                          float* post, float* comb) {
-  pdl_enter();
   constexpr int HC = 4, MIX = HEAD ? HC : (2 + HC) * HC, NV = HEAD ? 8 : 32;  // v[MIX]: the sum of squares
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
@@ -247,6 +246,15 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
   const float* x = X + t * HC * D;
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const float4* f4 = reinterpret_cast<const float4*>(p.fn);
+  // This block's float4 columns [c0, c1) of fn and of the token's inputs.
+  const int64_t per = (len4 + kHcCluster - 1) / kHcCluster, c0 = rank * per, c1 = min64(len4, c0 + per);
+  const int64_t cf = c0 + threadIdx.x;  // this thread's first column (at Flash's width its only one)
+  // PDL: before the wait only fn (a weight) is read: the first column of every row is loaded
+  // while the previous kernel finishes.
+  float4 fv0[MIX];
+#pragma unroll
+  for (int r = 0; r < MIX; ++r) fv0[r] = cf < c1 ? __ldg(f4 + r * len4 + cf) : make_float4(0.f, 0.f, 0.f, 0.f);
+  pdl_enter();
 
   // The collapse inputs of this thread's first channel, in flight with the projection.
   const int64_t cd = (D + kHcCluster - 1) / kHcCluster, d0 = rank * cd, d1 = min64(D, d0 + cd);
@@ -255,19 +263,21 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
 #pragma unroll
   for (int j = 0; j < HC; ++j) xc[j] = c_first < d1 ? __ldg(x + j * D + c_first) : 0.f;
 
-  // This block's float4 columns [c0, c1) of fn and of the token's inputs.
-  const int64_t per = (len4 + kHcCluster - 1) / kHcCluster, c0 = rank * per, c1 = min64(len4, c0 + per);
   float v[NV];
 #pragma unroll
   for (int r = 0; r < NV; ++r) v[r] = 0.f;
-  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+  auto column = [&](const float4 (&fv)[MIX], int64_t c) {
     const float4 xv = __ldg(x4 + c);
-    float4 fv[MIX];
-#pragma unroll
-    for (int r = 0; r < MIX; ++r) fv[r] = __ldg(f4 + r * len4 + c);
 #pragma unroll
     for (int r = 0; r < MIX; ++r) v[r] = fma4(fv[r], xv, v[r]);
     v[MIX] = fma4(xv, xv, v[MIX]);
+  };
+  if (cf < c1) column(fv0, cf);
+  for (int64_t c = cf + blockDim.x; c < c1; c += blockDim.x) {
+    float4 fv[MIX];
+#pragma unroll
+    for (int r = 0; r < MIX; ++r) fv[r] = __ldg(f4 + r * len4 + c);
+    column(fv, c);
   }
   int ri;
   const float s = rs_reduce<NV>(v, ri);

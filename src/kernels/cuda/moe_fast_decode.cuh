@@ -387,6 +387,16 @@ __device__ __forceinline__ FastSlot fast_slot(const FastArgs& a) {
   return {sh, q, sh ? y : GU ? q / a.k : q};
 }
 
+// The shared expert's rows of this block (Q8_0 planes, K bytes a row: weights, never written
+// during a step) towards L2; for the time before pdl_wait (the routed slots' experts are only
+// known after it).
+__device__ __forceinline__ void prefetch_shared_rows(const FastArgs& a, const FastSlot& s, int span, bool gate_up) {
+  if (!s.sh) return;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * span, n = min64(a.rows - row0, int64_t{a.TR} * span);
+  pdl_prefetch_l2(a.wa[1] + row0 * a.K, static_cast<size_t>(n * a.K));
+  if (gate_up) pdl_prefetch_l2(a.wb[1] + row0 * a.K, static_cast<size_t>(n * a.K));
+}
+
 // Thread 0: the slot's expert, rank and routing weight (the shared expert: 0, 0, 1); gate/up
 // also lists the token's experts in ascending order.
 template <bool GU>

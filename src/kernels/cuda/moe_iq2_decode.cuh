@@ -197,13 +197,15 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
 // experts in ascending order into a.idx_sorted.
 __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, const uint8_t* wa_end,
                                                                   const uint8_t* wb_end) {
-  pdl_enter();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   __shared__ float red[kWarps * 32];
   __shared__ int s_rank, s_e;
   __shared__ float s_w;
-  const FastSlot sl = fast_slot<true>(a);
+  const FastSlot sl = fast_slot<true>(a);  // (from the launch arguments only)
+  // PDL: before the wait only the shared expert's weights are read.
+  prefetch_shared_rows(a, sl, 16, true);
+  pdl_enter();
   if (threadIdx.x == 0) fast_slot_meta<true>(a, sl, &s_e, &s_rank, &s_w);
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16;
   if (sl.sh) {

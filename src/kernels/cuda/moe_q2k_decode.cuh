@@ -173,13 +173,15 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
 // planes in a.wa[1], a.sa[1]; moe_fast_decode.cuh's body), the rest routed segments y - a.nsh
 // (expert a.idx[q] of w2 against h row q). Each segment's rows into a.out[q * rows + row].
 __global__ void __launch_bounds__(kThreads, 2) q2k_down_kernel(FastArgs a, const uint8_t* w_end) {
-  pdl_enter();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   __shared__ float red[kWarps * 32];
   __shared__ int s_rank, s_e;
   __shared__ float s_w;
-  const FastSlot sl = fast_slot<false>(a);
+  const FastSlot sl = fast_slot<false>(a);  // (from the launch arguments only)
+  // PDL: before the wait only the shared expert's weights are read.
+  prefetch_shared_rows(a, sl, 32, false);
+  pdl_enter();
   if (threadIdx.x == 0) fast_slot_meta<false>(a, sl, &s_e, &s_rank, &s_w);
   __syncthreads();
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 32;
