@@ -9,30 +9,45 @@ using namespace detail;
 
 namespace {
 
+// A thread's elements of a row held in registers: i = tid + k * blockDim for k < kRowRegs (a
+// whole row up to kRowRegs * blockDim, i.e. 8192 floats at 512 threads). A decode step's norms
+// are one row each, one block: the loads must be in flight together, not one per loop trip.
+constexpr int kRowRegs = 16;
+
 // 1 / RMS of row xr of d, one block per row: each thread's elements i = tid + k * blockDim
-// summed in order, then block_sum (its barriers: every thread's reads are done when it returns).
-// round_in: the input rounded to bf16 first (written back to xw when non-null).
+// summed in order (loaded kRowRegs at a time into v, which keeps the last such chunk: the whole
+// thread's share when d <= kRowRegs * blockDim), then block_sum (its barriers: every thread's
+// reads are done when it returns). round_in: the input rounded to bf16 first (v holds the
+// rounded values; written back to xw when non-null).
 __device__ __forceinline__ float row_inv_rms(const float* xr, int64_t d, float eps, bool round_in, float* xw,
-                                             float* red) {
+                                             float* red, float (&v)[kRowRegs]) {
   float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = xr[i];
-    if (round_in) {
-      v = bf16_round(v);
-      if (xw) xw[i] = v;
+  const int64_t step = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < d; i0 += kRowRegs * step) {
+    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) v[k] = i0 + k * step < d ? xr[i0 + k * step] : 0.f;
+    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+      const int64_t i = i0 + k * step;
+      if (i >= d) break;
+      if (round_in) {
+        v[k] = bf16_round(v[k]);
+        if (xw) xw[i] = v[k];
+      }
+      ss = fmaf(v[k], v[k], ss);
     }
-    ss = fmaf(v, v, ss);
   }
   ss = block_sum(ss, red);
   return 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
 }
 
-// Element i of the normed row (weights w or none), rounded to bf16 when round_out.
+// Element i of the normed row (input value xi, weight wi: 1 without weights, and 1 * v == v),
+// rounded to bf16 when round_out.
+__device__ __forceinline__ float norm_val(float xi, float wi, float inv, bool round_in, bool round_out) {
+  const float o = wi * ((round_in ? bf16_round(xi) : xi) * inv);  // (rounding is idempotent)
+  return round_out ? bf16_round(o) : o;
+}
 __device__ __forceinline__ float norm_elem(const float* xr, const float* w, int64_t i, float inv, bool round_in,
                                            bool round_out) {
-  const float v = (round_in ? bf16_round(xr[i]) : xr[i]) * inv;  // (rounding is idempotent)
-  const float o = w ? w[i] * v : v;
-  return round_out ? bf16_round(o) : o;
+  return norm_val(xr[i], w ? w[i] : 1.0f, inv, round_in, round_out);
 }
 
 // Position of row t: pos[t] + p0, or p0 + t * stride when pos is null.
@@ -47,12 +62,27 @@ __device__ __forceinline__ float rope_position(const int64_t* pos, int64_t p0, i
 // block: the same bits as that op run on y) into yq, which may be y.
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y, float* xw,
                                bool round_out, float* yq) {
+  // PDL: before the wait only the norm's weights are read (weights are never written in a step).
+  const bool in_regs = d <= kRowRegs * static_cast<int64_t>(blockDim.x);  // the thread's share fits v
+  float wv[kRowRegs];
+  _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    wv[k] = in_regs && w && i < d ? w[i] : 1.0f;
+  }
   pdl_enter();
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
-  const float inv = row_inv_rms(xr, d, eps, xw != nullptr, xw ? xw + blockIdx.x * d : nullptr, red);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = norm_elem(xr, w, i, inv, xw != nullptr, round_out);
+  float v[kRowRegs];
+  const float inv = row_inv_rms(xr, d, eps, xw != nullptr, xw ? xw + blockIdx.x * d : nullptr, red, v);
+  if (in_regs) {
+    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+      const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+      if (i < d) yr[i] = norm_val(v[k], wv[k], inv, xw != nullptr, round_out);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = norm_elem(xr, w, i, inv, xw != nullptr, round_out);
+  }
   if (!yq) return;
   __syncthreads();  // the row of y is written (and visible to the block)
   for (int64_t b0 = (threadIdx.x >> 5) * 128; b0 < d; b0 += (blockDim.x >> 5) * 128)
@@ -83,7 +113,8 @@ __global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int
   __shared__ float red[32];
   float* xr = x + blockIdx.x * head_dim;
   // (row_inv_rms's barrier: every read of the row is done before the writes below)
-  const float inv = row_inv_rms(xr, head_dim, eps, norm_in, nullptr, red);
+  float v[kRowRegs];
+  const float inv = row_inv_rms(xr, head_dim, eps, norm_in, nullptr, red, v);
   const int64_t t = blockIdx.x / heads, first = (head_dim - rope_dim) / 2;
   const float p = rope_position(pos, p0, stride, t);
   for (int64_t pr = threadIdx.x; pr < head_dim / 2; pr += blockDim.x) {
