@@ -292,7 +292,11 @@ class BackendOps : public ::testing::Test {
   static void SetUpTestSuite() {
     if (hc::device_count() > 0) {
       ctx_ = std::make_unique<hc::DeviceContext>(0);
-      std::printf("[backend-ops] device %s\n", ctx_->describe().c_str());
+      // HS_TEST_PDL=1: every kernel launches with programmatic dependent launch (--pdl on), so
+      // the suite checks the kernels' PDL entry against the CPU twins too.
+      const char* pdl = std::getenv("HS_TEST_PDL");
+      ctx_->set_pdl(pdl && std::string(pdl) == "1");
+      std::printf("[backend-ops] device %s%s\n", ctx_->describe().c_str(), ctx_->pdl() ? ", PDL on" : "");
     }
   }
   static void TearDownTestSuite() { ctx_.reset(); }

@@ -238,7 +238,9 @@ TEST_F(BackendOps, RmsNorm) {
   };
   const Case cases[] = {{1, 4096, true, "attn_norm"}, {7, 4096, true, "attn_norm"}, {3, 1024, true, "q_norm"},
                         {5, 512, true, "kv_norm"},    {64, 512, false, "q head norm 64x512"},
-                        {3 * 64, 512, false, "q head norm"}, {9, 100, true, "odd"}};
+                        {3 * 64, 512, false, "q head norm"}, {9, 100, true, "odd"},
+                        // Pro's width (14 of a thread's 16 register slots), past the register cache
+                        {2, 7168, true, "Pro attn_norm"},   {2, 10000, true, "wide"}, {2, 10000, false, "wide"}};
   for (const Case& c : cases) {
     const std::vector<float> x = randv(static_cast<size_t>(c.rows * c.d), 200 + c.d + c.rows, 3.0f);
     const std::vector<float> w = randv(static_cast<size_t>(c.d), 300 + c.d);

@@ -184,6 +184,25 @@ TEST_F(BackendOps, NumericsFusedRounding) {
                         (weighted ? differ(fetch(ya, rows * d), fetch(yb, rows * d)) : 0);
       check_exact("rmsnorm_bf16", tag, dims({rows, d}) + (weighted ? " weighted" : " unweighted"), m);
     }
+    // rmsnorm with the FP8 copy of its output (the FP8 linears' input) folded in, out of place
+    // and in place (y = fp8_out): against rmsnorm_bf16, then act_quant_fp8 out of place
+    for (const int64_t d : {int64_t{4096}, int64_t{1024}, int64_t{200}}) {
+      const int64_t rows = 5;
+      const std::vector<float> x = randv(static_cast<size_t>(rows * d), 1450 + d, 3.0f);
+      const std::vector<float> w = randv(static_cast<size_t>(d), 1451);
+      hc::DeviceBuffer dw = put(w), xa = put(x), xb = put(x), xc = put(x);
+      hc::DeviceBuffer ya = ctx().alloc(x.size() * 4), qa = ctx().alloc(x.size() * 4), yb = ctx().alloc(x.size() * 4),
+                       qb = put(std::vector<float>(x.size(), std::nanf("")));
+      hc::rmsnorm_bf16(ctx(), xa.as<float>(), dw.as<float>(), rows, d, 1e-6f, ya.as<float>(), r);
+      hc::act_quant_fp8(ctx(), qa.as<float>(), ya.as<float>(), rows, d);
+      hc::rmsnorm_bf16(ctx(), xb.as<float>(), dw.as<float>(), rows, d, 1e-6f, yb.as<float>(), r, qb.as<float>());
+      hc::rmsnorm_bf16(ctx(), xc.as<float>(), dw.as<float>(), rows, d, 1e-6f, xc.as<float>(), r, xc.as<float>());
+      const std::vector<float> qwant = fetch(qa, rows * d);
+      const int64_t m = differ(fetch(xa, rows * d), fetch(xb, rows * d)) + differ(fetch(ya, rows * d), fetch(yb, rows * d)) +
+                        differ(qwant, fetch(qb, rows * d));
+      check_exact("rmsnorm_bf16 fp8_out", tag, dims({rows, d}), m);
+      check_exact("rmsnorm_bf16 fp8_out", tag, dims({rows, d}) + " in place", differ(qwant, fetch(xc, rows * d)));
+    }
     // RoPE on [2, 64, 512] with rope_dim 64 at positions 5, 6 (forward and inverse)
     for (const int sign : {1, -1}) {
       const std::vector<float> x = randv(size_t{2} * 64 * 512, 1420, 2.0f);
@@ -205,6 +224,31 @@ TEST_F(BackendOps, NumericsFusedRounding) {
       check_exact("scale_bf16", tag, "64", differ(fetch(xa, 64), fetch(xb, 64)));
     }
   }
+  // rmsnorm + RoPE in one launch against rmsnorm_bf16 then rope_bf16 / rope_affine: the query
+  // ([3, 64, 512], unweighted, positions 7, 9, 4 from a device array) and the KV row ([3, 1, 512],
+  // weighted, positions 5, 6, 7 affine) with model numerics' rounding points, and both unrounded.
+  for (const bool kv : {false, true})
+    for (const bool model : {true, false}) {
+      const int64_t n = 3, heads = kv ? 1 : 64, hd = 512, rows = n * heads;
+      const hc::Bf16Round nr = !model ? hc::Bf16Round{} : kv ? hc::Bf16Round{true, true} : hc::Bf16Round{true, false};
+      const hc::Bf16Round rr = !model || kv ? hc::Bf16Round{} : hc::Bf16Round{false, true};
+      const std::vector<float> x = randv(static_cast<size_t>(rows * hd), 1460 + kv, 3.0f);
+      const std::vector<float> w = randv(static_cast<size_t>(hd), 1461);
+      const std::vector<int64_t> pos = {7, 9, 4};
+      hc::DeviceBuffer dw = put(w), xa = put(x), xb = put(x), dpos = ctx().alloc(pos.size() * 8);
+      ctx().upload(dpos.data(), pos.data(), pos.size() * 8);
+      const int64_t* pp = kv ? nullptr : dpos.as<int64_t>();
+      const int64_t p0 = kv ? 5 : 0, stride = kv ? 1 : 0;
+      const float* wp = kv ? dw.as<float>() : nullptr;
+      hc::rmsnorm_bf16(ctx(), xa.as<float>(), wp, rows, hd, 1e-6f, xa.as<float>(), nr);
+      if (rr.in || rr.out)
+        hc::rope_bf16(ctx(), xa.as<float>(), n, heads, hd, 64, pp, p0, stride, dinv.as<float>(), 1, rr);
+      else
+        hc::rope_affine(ctx(), xa.as<float>(), n, heads, hd, 64, pp, p0, stride, dinv.as<float>(), 1);
+      hc::rmsnorm_rope(ctx(), xb.as<float>(), wp, n, heads, hd, 1e-6f, nr, 64, pp, p0, stride, dinv.as<float>(), rr);
+      check_exact("rmsnorm_rope", model ? "model" : "reference", dims({n, heads, hd}),
+                  differ(fetch(xa, rows * hd), fetch(xb, rows * hd)));
+    }
   {  // hc_post with the output rounded: X [2, 4, 4096]
     const int64_t n = 2, hcm = 4, D = 4096;
     const std::vector<float> X = randv(static_cast<size_t>(n * hcm * D), 1440), y = randv(static_cast<size_t>(n * D), 1441);

@@ -147,6 +147,17 @@ TEST(CliBadInput, CudaGraphsSwitch) {
   EXPECT_NE(h.out.find("--cuda-graphs"), std::string::npos) << h.out;
 }
 
+// --pdl (programmatic dependent launch of CUDA kernels) takes on|off, refused before the model
+// loads; a CPU engine launches no kernels, so on still computes the fixture's logits.
+TEST(CliBadInput, PdlSwitch) {
+  const std::string d = tmpdir("pdl");
+  const std::string tok = tokens_file(d, {1, 2, 3, 4});
+  const std::string cmd = "logits " + kData + "/tiny --tokens " + tok + " --out " + d + "/o.npy --pdl ";
+  expect_error(test::run_cli(cmd + "yes"), "--pdl: expected on or off, got 'yes'");
+  EXPECT_EQ(test::run_cli(cmd + "on").code, 0);
+  EXPECT_NE(test::run_cli("bench --help").out.find("--pdl"), std::string::npos);
+}
+
 // --moe-ksplit (a tuning of the CUDA q2 mix MoE) takes two K-splits of 0, 1, 2, 4, 8, refused
 // before the model loads; a CPU engine has no such kernels and computes the same logits.
 TEST(CliBadInput, MoeKsplitTuning) {

@@ -3,7 +3,9 @@
 // step, through window closes of both compressors, entry-capacity growth (a new capture), a
 // batch of sequences at different positions, sequences reset and reused mid-run, and a layer
 // split over two devices. The HF parity tests (test_parity_cuda) run their decode splits
-// through the graphs too. Skips without a GPU.
+// through the graphs too. The *_pdl cases run the graphs (and, for one sequence, the op-by-op
+// steps too) with programmatic dependent launch (--pdl on): kernels that overlap their
+// predecessor's tail must still give the plain launches' bits. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,11 +21,12 @@ namespace {
 
 bool have_gpu() { return gpu_count() > 0; }
 
-EngineOptions options(const std::vector<std::string>& devices, Numerics num, bool graphs) {
+EngineOptions options(const std::vector<std::string>& devices, Numerics num, bool graphs, bool pdl = false) {
   EngineOptions o;
   o.devices = devices;
   o.numerics = num;
   o.cuda_graphs = graphs;
+  o.pdl = pdl;
   return o;
 }
 
@@ -54,8 +57,9 @@ std::vector<std::vector<float>> generate(Engine& eng, const std::vector<int32_t>
 struct Case {
   const char* fixture;
   Numerics numerics;
+  bool pdl = false;  // the graphs' engine launches with PDL
   friend void PrintTo(const Case& c, std::ostream* os) {
-    *os << c.fixture << (c.numerics == Numerics::Model ? " model" : " reference");
+    *os << c.fixture << (c.numerics == Numerics::Model ? " model" : " reference") << (c.pdl ? " pdl" : "");
   }
 };
 
@@ -68,15 +72,21 @@ TEST_P(CudaGraph, OneSequenceMatchesOpByOp) {
   const std::string dir = std::string(HS_TEST_DATA) + "/" + GetParam().fixture;
   test::Expected e = test::load_expected(dir);
   const std::vector<int32_t> prompt(e.tokens.begin(), e.tokens.begin() + 9);
-  Engine on(dir, options({"cuda:0"}, GetParam().numerics, true));
+  Engine on(dir, options({"cuda:0"}, GetParam().numerics, true, GetParam().pdl));
   Engine off(dir, options({"cuda:0"}, GetParam().numerics, false));
   const int steps = 300;
   auto a = generate(on, prompt, steps);
   auto b = generate(off, prompt, steps);
-  int first_diff = -1;
-  for (int i = 0; i < steps && first_diff < 0; ++i)
-    if (a[static_cast<size_t>(i)] != b[static_cast<size_t>(i)]) first_diff = i;
-  EXPECT_EQ(first_diff, -1) << "graph and op-by-op logits differ from step " << first_diff;
+  auto first_diff = [&](const std::vector<std::vector<float>>& x) {
+    for (int i = 0; i < steps; ++i)
+      if (x[static_cast<size_t>(i)] != b[static_cast<size_t>(i)]) return i;
+    return -1;
+  };
+  EXPECT_EQ(first_diff(a), -1) << "graph and op-by-op logits differ from step " << first_diff(a);
+  if (GetParam().pdl) {  // op by op with PDL: the same bits as without
+    Engine eager(dir, options({"cuda:0"}, GetParam().numerics, false, true));
+    EXPECT_EQ(first_diff(generate(eager, prompt, steps)), -1) << "op by op with PDL differs";
+  }
   const StepGraphStats s = on.graph_stats(), t = off.graph_stats();
   std::printf("[cuda-graph] %s %s: %d steps: %lld captured, %lld replayed, %lld op by op, %lld failed\n",
               GetParam().fixture, GetParam().numerics == Numerics::Model ? "model" : "reference", steps,
@@ -97,7 +107,7 @@ TEST_P(CudaGraph, StaggeredBatchMatchesOpByOp) {
   const std::string dir = std::string(HS_TEST_DATA) + "/" + GetParam().fixture;
   std::vector<std::string> devices{"cuda:0"};
   if (gpu_count() >= 2) devices = {"cuda:0", "cuda:1"};
-  Engine on(dir, options(devices, GetParam().numerics, true));
+  Engine on(dir, options(devices, GetParam().numerics, true, GetParam().pdl));
   Engine off(dir, options(devices, GetParam().numerics, false));
   const int64_t V = on.config().vocab_size;
   std::mt19937 rng(12345);
@@ -166,12 +176,16 @@ TEST_P(CudaGraph, StaggeredBatchMatchesOpByOp) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaGraph,
                          ::testing::Values(Case{"tiny", Numerics::Reference}, Case{"tiny", Numerics::Model},
                                            Case{"small-bf16", Numerics::Reference},
-                                           Case{"small-bf16", Numerics::Model}),
+                                           Case{"small-bf16", Numerics::Model},
+                                           Case{"tiny", Numerics::Model, true},
+                                           Case{"small-bf16", Numerics::Reference, true},
+                                           Case{"small-bf16", Numerics::Model, true}),
                          [](const auto& info) {
                            std::string n = info.param.fixture;
                            for (auto& ch : n)
                              if (ch == '-') ch = '_';
-                           return n + (info.param.numerics == Numerics::Model ? "_model" : "_reference");
+                           return n + (info.param.numerics == Numerics::Model ? "_model" : "_reference") +
+                                  (info.param.pdl ? "_pdl" : "");
                          });
 
 }  // namespace

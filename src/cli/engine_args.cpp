@@ -28,6 +28,8 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
        "on; off launches the same kernels one by one)", "on|off"},
       {"moe-ksplit", true, "tuning of the CUDA decode MoE of the q2 mix (IQ2_XXS/Q2_K experts): K-splits per "
        "block of its gate/up and down kernels, each 1, 2, 4 or 8 (default 0,0: the measured rule)", "GU,DOWN"},
+      {"pdl", true, "programmatic dependent launch on CUDA shards: each kernel launches while the one before it "
+       "runs and waits for it on the GPU, hiding launch gaps: on or off (default on)", "on|off"},
       {"state-memory", true, "GiB for each shard's state pool (every sequence's KV rows and compressed entries, "
        "in pages; default: what the weights leave on a GPU less 4 GiB and a tenth of it, a quarter of RAM on the "
        "CPU, at most what --max-seqs sequences of the full context take)", "GIB"},
@@ -52,6 +54,9 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   const std::string graphs = a.get_or("cuda-graphs", "on");
   HS_CHECK(graphs == "on" || graphs == "off", "--cuda-graphs: expected on or off, got '", graphs, "'");
   o.cuda_graphs = graphs == "on";
+  const std::string pdl = a.get_or("pdl", "on");
+  HS_CHECK(pdl == "on" || pdl == "off", "--pdl: expected on or off, got '", pdl, "'");
+  o.pdl = pdl == "on";
   if (a.has("moe-ksplit")) {
     const std::vector<int> ks = parse_int_list("--moe-ksplit", *a.get("moe-ksplit"));
     HS_CHECK(ks.size() == 2, "--moe-ksplit: expected two K-splits GU,DOWN, got ", ks.size(), " values");

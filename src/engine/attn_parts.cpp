@@ -20,23 +20,20 @@ const float* attn_query(const AttnCtx& a, const float* x, float* q) {
   const int64_t n = a.n, H = c.n_heads, hd = c.head_dim;
   float* cq = a.ops.alloc(n * c.q_lora_rank);
   a.ops.matmul(a.L.wq_a, x, n, cq);
-  a.ops.rmsnorm_bf16(cq, a.L.q_norm, n, c.norm_eps, cq, rounding(a, true, true));
-  float* cq_in = cq;
-  if (a.model) {
-    cq_in = a.ops.alloc(n * c.q_lora_rank);
-    a.ops.act_quant_fp8_copy(cq_in, cq, n, c.q_lora_rank, false);
-  }
+  // c_q is read only as the FP8 input of wq_b and the indexer's wq_b: quantised in place.
+  if (a.model) a.ops.rmsnorm_bf16_fp8(cq, a.L.q_norm, n, c.norm_eps, cq, cq, rounding(a, true, true));
+  else a.ops.rmsnorm_bf16(cq, a.L.q_norm, n, c.norm_eps, cq, rounding(a, true, true));
+  const float* cq_in = cq;
   a.ops.matmul(a.L.wq_b, cq_in, n, q);
-  a.ops.rmsnorm_unweighted_bf16(q, n * H, hd, c.norm_eps, rounding(a, true, false));
-  a.ops.rope_bf16(q, n, H, hd, a.rope, a.pos, +1, rounding(a, false, true));
+  a.ops.rmsnorm_rope_bf16(q, nullptr, n, H, hd, c.norm_eps, a.rope, a.pos, rounding(a, true, false),
+                          rounding(a, false, true));
   return cq_in;
 }
 
 void attn_kv(const AttnCtx& a, const float* x, float* kv) {
   const int64_t hd = a.c.head_dim;
   a.ops.matmul(a.L.wkv, x, a.n, kv);
-  a.ops.rmsnorm_bf16(kv, a.L.kv_norm, a.n, a.c.norm_eps, kv, rounding(a, true, true));
-  a.ops.rope(kv, a.n, 1, hd, a.rope, a.pos, +1);
+  a.ops.rmsnorm_rope_bf16(kv, &a.L.kv_norm, a.n, 1, hd, a.c.norm_eps, a.rope, a.pos, rounding(a, true, true), {});
 }
 
 void attn_output(const AttnCtx& a, float* o, float* y) {
@@ -58,8 +55,11 @@ void block_hc_post(const AttnCtx& a, const float* y, const float* post, const fl
 void ffn_sublayer(const AttnCtx& a, const int32_t* tokens, float* X, float* u, float* post, float* comb, float* xn,
                   float* y) {
   a.ops.hc_pre(a.L.hc_ffn, a.c, X, a.n, u, post, comb);
-  a.ops.rmsnorm_bf16(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, rounding(a, true, true));
-  a.ops.moe(a.L, a.c, xn, tokens, a.n, a.model ? Numerics::Model : Numerics::Reference, y);
+  // Under model numerics the experts' FP8 input comes out of the norm's launch as well.
+  float* xq = a.model ? a.ops.alloc(a.n * a.c.dim) : nullptr;
+  if (xq) a.ops.rmsnorm_bf16_fp8(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, xq, rounding(a, true, true));
+  else a.ops.rmsnorm_bf16(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, rounding(a, true, true));
+  a.ops.moe(a.L, a.c, xn, xq, tokens, a.n, a.model ? Numerics::Model : Numerics::Reference, y);
   block_hc_post(a, y, post, comb, X);
 }
 

@@ -83,11 +83,23 @@ void CpuOps::hc_stream_mean(const float* X, int64_t n, const ModelConfig& c, flo
   cpu::hc_stream_mean(X, n, c.hc_mult, c.dim, out, stride);
 }
 
-void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-                 Numerics num, float* y) {
+void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, const float* xq, const int32_t* tokens,
+                 int64_t n, Numerics num, float* y) {
   const bool model = num == Numerics::Model;
   const int E = c.n_experts, K = c.n_active_experts;
   const int64_t D = c.dim, I = c.moe_inter;
+  // The experts' input: x, or under model numerics its FP8 round trip (row by row, so the routed
+  // experts' gathered rows are the same whether quantised before or after the gather).
+  std::vector<float> xq_own;
+  const float* xe = x;
+  if (model) {
+    if (!xq) {
+      xq_own.assign(x, x + n * D);
+      act_quant_fp8(xq_own.data(), n, D);
+      xq = xq_own.data();
+    }
+    xe = xq;
+  }
   std::vector<float> logits(static_cast<size_t>(n * E));
   cpu::matmul(pool_, w.gate.w.data(), E, D, x, n, logits.data());
   std::vector<int32_t> idx(static_cast<size_t>(n * K));
@@ -108,8 +120,7 @@ void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, co
     if (toks.empty()) continue;
     const int64_t m = static_cast<int64_t>(toks.size());
     xs.resize(static_cast<size_t>(m * D));
-    for (int64_t i = 0; i < m; ++i) std::memcpy(xs.data() + i * D, x + toks[i].first * D, static_cast<size_t>(D) * 4);
-    if (model) act_quant_fp8(xs.data(), m, D);
+    for (int64_t i = 0; i < m; ++i) std::memcpy(xs.data() + i * D, xe + toks[i].first * D, static_cast<size_t>(D) * 4);
     g.resize(static_cast<size_t>(m * I));
     u.resize(g.size());
     h.resize(g.size());
@@ -131,15 +142,8 @@ void CpuOps::moe(const LayerWeights& w, const ModelConfig& c, const float* x, co
   u.resize(g.size());
   h.resize(g.size());
   d.resize(static_cast<size_t>(n * D));
-  std::vector<float> xq;
-  const float* xs_in = x;
-  if (model) {  // the shared expert's FP8 input; reference numerics reads x as is
-    xq.assign(x, x + n * D);
-    act_quant_fp8(xq.data(), n, D);
-    xs_in = xq.data();
-  }
-  cpu::matmul(pool_, w.sh_w1.w.data(), I, D, xs_in, n, g.data());
-  cpu::matmul(pool_, w.sh_w3.w.data(), I, D, xs_in, n, u.data());
+  cpu::matmul(pool_, w.sh_w1.w.data(), I, D, xe, n, g.data());
+  cpu::matmul(pool_, w.sh_w3.w.data(), I, D, xe, n, u.data());
   cpu::swiglu_clamp(g.data(), u.data(), n * I, c.swiglu_limit, h.data());
   if (model) act_quant_fp8(h.data(), n, I);
   cpu::matmul(pool_, w.sh_w2.w.data(), D, I, h.data(), n, d.data());

@@ -47,7 +47,7 @@ class CpuOps : public Ops {
                  bool compressed, const int32_t* sel, int k, const std::vector<float>& sinks, float* out) override;
   void attention_dense(const float* q, int64_t nq, int64_t heads, int64_t hd, const float* rows, int64_t n_rows,
                        const std::vector<float>& sinks, float scale, float* out) override;
-  void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
+  void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const float* xq, const int32_t* tokens, int64_t n,
            Numerics num, float* y) override;
   void round_bf16(float* x, int64_t n) override;
   void act_quant_fp8(float* x, int64_t rows, int64_t cols) override;

@@ -71,6 +71,7 @@ class CudaOps : public Ops {
   }
   void set_profiling(bool on) override { prof_.enable(on); }
   void set_moe_ksplit(int gate_up, int down) override { moe_tune_.gate_up_ksplit = gate_up, moe_tune_.down_ksplit = down; }
+  void set_pdl(bool on) override { ctx_.set_pdl(on); }
   std::string profile_report() override { return prof_.report(); }
 
   // ---- memory: a stack of allocations over blocks that only grow (never moved or freed early)
@@ -270,6 +271,21 @@ class CudaOps : public Ops {
     auto prof = prof_.scope("rmsnorm_bf16");
     cuda::rmsnorm_bf16(ctx_, x, vec(w), rows, static_cast<int64_t>(w.size()), eps, y, {r.in, r.out});
   }
+  void rmsnorm_bf16_fp8(float* x, const std::vector<float>& w, int64_t rows, float eps, float* y, float* yq,
+                        Bf16Round r) override {
+    auto prof = prof_.scope("rmsnorm_bf16_fp8");
+    cuda::rmsnorm_bf16(ctx_, x, vec(w), rows, static_cast<int64_t>(w.size()), eps, y, {r.in, r.out}, yq);
+  }
+  void rmsnorm_rope_bf16(float* x, const std::vector<float>* w, int64_t n, int64_t heads, int64_t head_dim, float eps,
+                         const RopeTable& t, const int64_t* pos, Bf16Round norm_r, Bf16Round rope_r) override {
+    auto prof = prof_.scope("rmsnorm_rope");
+    if (n <= 0) return;
+    const size_t m = mark();
+    const DevPos d = dev_positions(pos, n);
+    cuda::rmsnorm_rope(ctx_, x, w ? vec(*w) : nullptr, n, heads, head_dim, eps, {norm_r.in, norm_r.out}, t.rope_dim,
+                       d.p, d.p0, d.stride, vec(t.inv_freq), {rope_r.in, rope_r.out});
+    release_to(m);
+  }
   void rmsnorm_unweighted_bf16(float* x, int64_t rows, int64_t d, float eps, Bf16Round r) override {
     auto prof = prof_.scope("rmsnorm_bf16");
     cuda::rmsnorm_bf16(ctx_, x, nullptr, rows, d, eps, x, {r.in, r.out});
@@ -399,8 +415,8 @@ class CudaOps : public Ops {
   // MoE: router and routing on the device, then cuda::moe_experts for the routed and the shared
   // experts, with the rounding points of CpuOps::moe under model numerics (the FP8 input
   // quantisation is per row, so it is done once before the experts). Nothing waits for the host.
-  void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-           Numerics num, float* y) override {
+  void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const float* xq, const int32_t* tokens,
+           int64_t n, Numerics num, float* y) override {
     auto prof = prof_.scope("moe", [&] {
       return n <= cuda::kMatvecMaxCols ? std::string(" n<=8") : n <= cuda::kMoeDecodeMaxTokens ? " n<=32 (decode x8)" : " n>32";
     });
@@ -417,11 +433,11 @@ class CudaOps : public Ops {
     float* dw = alloc(n * K);
     cuda::moe_route(ctx_, logits, n, E, K, w.gate_bias.empty() ? nullptr : vec(w.gate_bias),
                     hash ? ivec(w.tid2eid) : nullptr, dtok, c.route_scale, didx, dw);
-    const float* xin = x;
-    if (model) {
-      float* xq = alloc(n * D);
-      act_quant_fp8_copy(xq, x, n, D, false);
-      xin = xq;
+    const float* xin = model ? xq : x;
+    if (model && !xq) {
+      float* own = alloc(n * D);
+      act_quant_fp8_copy(own, x, n, D, false);
+      xin = own;
     }
     void* ws = alloc(static_cast<int64_t>((cuda::moe_experts_workspace_bytes(n, K, D, I, E) + 3) / 4));
     const cuda::MoeShared shared{weight(w.sh_w1), weight(w.sh_w3), weight(w.sh_w2)};
@@ -561,30 +577,32 @@ class CudaOps : public Ops {
     return p;
   }
 
-  // RoPE at the rows' positions: the step block's in a decode step, else p0 + t where they are
-  // consecutive (no array to upload), else an uploaded array; with r, the rounded variant.
+  // Positions of n rows on the device: the step block's in a decode step, else p0 + t where they
+  // are consecutive (no array to upload), else an uploaded array (scratch: release_to a mark
+  // taken before).
+  struct DevPos {
+    const int64_t* p = nullptr;
+    int64_t p0 = 0, stride = 0;
+  };
+  DevPos dev_positions(const int64_t* pos, int64_t n) {
+    if (rows_active_ && n == rows_n_) {
+      check_step_rows(pos, n);
+      return {rows_pos(), 0, 0};
+    }
+    bool affine = true;
+    for (int64_t i = 1; i < n && affine; ++i) affine = pos[i] == pos[0] + i;
+    return affine ? DevPos{nullptr, pos[0], 1} : DevPos{upload_i64(pos, n), 0, 0};
+  }
+  // RoPE at the rows' positions; with r, the rounded variant.
   void rope_impl(float* x, int64_t n, int64_t heads, int64_t head_dim, const RopeTable& t, const int64_t* pos,
                  int sign, Bf16Round r) {
     const size_t m = mark();
-    const int64_t* p = nullptr;
-    int64_t p0 = 0, stride = 0;
-    if (rows_active_ && n == rows_n_) {
-      check_step_rows(pos, n);
-      p = rows_pos();
-    } else {
-      bool affine = true;
-      for (int64_t i = 1; i < n && affine; ++i) affine = pos[i] == pos[0] + i;
-      if (affine) {
-        p0 = pos[0];
-        stride = 1;
-      } else {
-        p = upload_i64(pos, n);
-      }
-    }
+    const DevPos d = dev_positions(pos, n);
     if (r.in || r.out)
-      cuda::rope_bf16(ctx_, x, n, heads, head_dim, t.rope_dim, p, p0, stride, vec(t.inv_freq), sign, {r.in, r.out});
+      cuda::rope_bf16(ctx_, x, n, heads, head_dim, t.rope_dim, d.p, d.p0, d.stride, vec(t.inv_freq), sign,
+                      {r.in, r.out});
     else
-      cuda::rope_affine(ctx_, x, n, heads, head_dim, t.rope_dim, p, p0, stride, vec(t.inv_freq), sign);
+      cuda::rope_affine(ctx_, x, n, heads, head_dim, t.rope_dim, d.p, d.p0, d.stride, vec(t.inv_freq), sign);
     release_to(m);
   }
 

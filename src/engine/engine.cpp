@@ -46,15 +46,25 @@ int parse_device(const std::string& device) {
   return std::stoi(id);
 }
 
-std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics) {
+// A backend with the options' kernel tuning applied (backends without those kernels ignore it).
+std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, const EngineOptions& opts) {
   const int id = parse_device(device);
   if (id < 0) return std::make_unique<CpuOps>(pool);
 #ifdef HS_HAVE_CUDA
-  return make_cuda_ops(id, numerics);
+  std::unique_ptr<Ops> ops = make_cuda_ops(id, opts.numerics);
+  ops->set_moe_ksplit(opts.moe_ksplit[0], opts.moe_ksplit[1]);
+  ops->set_pdl(opts.pdl);
+  return ops;
 #else
-  (void)numerics;
+  (void)opts;
   fail("device '", device, "': this build has no CUDA backend (configure with -DHS_CUDA=ON on a machine with nvcc)");
 #endif
+}
+
+std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics) {
+  EngineOptions opts;
+  opts.numerics = numerics;
+  return make_ops(device, pool, opts);
 }
 
 // Pins the calling thread to a device (a pipeline worker, once): the CUDA backend pins its
@@ -159,9 +169,8 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
     for (auto& [name, o] : ops_)
       if (name == devices[i]) ops = o.get();
     if (!ops) {
-      ops_.emplace_back(devices[i], make_ops(devices[i], *pool_, opts.numerics));
+      ops_.emplace_back(devices[i], make_ops(devices[i], *pool_, opts));
       ops = ops_.back().second.get();
-      ops->set_moe_ksplit(opts.moe_ksplit[0], opts.moe_ksplit[1]);
     }
     const int end = begin + split[i];
     ShardWeights w = load_shard_weights(*source_, begin, end, i == 0, i + 1 == split.size(), ops->weight_form(),
@@ -206,7 +215,7 @@ Engine::Engine(std::unique_ptr<ModelSource> source, const EngineOptions& opts) :
         if (name == opts.draft_device) dops = o.get();
       if (!dops) {  // (not in ops_: no shard runs there, so no pipeline stage or lock for it)
         try {
-          draft_ops_ = make_ops(opts.draft_device, *pool_, opts.numerics);
+          draft_ops_ = make_ops(opts.draft_device, *pool_, opts);
         } catch (const std::exception& e) {
           fail("--draft-device: ", e.what());
         }

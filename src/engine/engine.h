@@ -56,6 +56,10 @@ struct EngineOptions {
   // Tuning of the CUDA decode MoE for the q2 mix (IQ2_XXS gate/up, Q2_K down): K-splits per block
   // of its tensor-core kernels, {gate/up, down}, each 1, 2, 4 or 8 (0: the measured rule).
   int moe_ksplit[2] = {0, 0};
+  // Programmatic dependent launch on CUDA shards (kernels/cuda/launch.cuh): each kernel of a step
+  // launches while the one before it runs and waits for it on the device. On by default: +4-5 %
+  // at batch-1 decode on an H100, neutral at 8 and 32 sequences (docs/performance.md).
+  bool pdl = true;
   // The state pools, one per shard (engine/state_pool.h): sequences alive at once, the longest
   // sequence (0: the model's max_position), the bytes of each shard's pool (0: what its backend
   // suggests: a share of RAM on the CPU, most of a GPU's free memory after the weights), and
@@ -90,7 +94,9 @@ int gpu_count();
 // The backend for a device name ("cpu", "cuda:N"); errors name the device.
 // "cpu" -> -1, "cuda:N" -> N; anything else throws naming the device.
 int parse_device(const std::string& device);
-std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics);
+// The backend with `opts`' numerics and kernel tuning (moe_ksplit, pdl) applied.
+std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, const EngineOptions& opts);
+std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, Numerics numerics);  // default tuning
 #ifdef HS_HAVE_CUDA
 std::unique_ptr<Ops> make_cuda_ops(int device, Numerics numerics);  // engine/cuda_ops.cpp
 #endif

@@ -83,6 +83,8 @@ class Ops {
   virtual void set_profiling(bool) {}
   // Tuning of the decode MoE kernels (EngineOptions::moe_ksplit); backends without them ignore it.
   virtual void set_moe_ksplit(int /*gate_up*/, int /*down*/) {}
+  // Programmatic dependent launch of the backend's kernels (EngineOptions::pdl); others ignore it.
+  virtual void set_pdl(bool /*on*/) {}
   virtual std::string profile_report() { return {}; }
 
   // Scratch memory, stack-like: alloc() hands out backend memory until release_to(mark())
@@ -196,8 +198,10 @@ class Ops {
   // rows [n_rows, hd] in host memory; out [nq, heads, hd] on the backend.
   virtual void attention_dense(const float* q, int64_t nq, int64_t heads, int64_t hd, const float* rows, int64_t n_rows,
                                const std::vector<float>& sinks, float scale, float* out) = 0;
-  virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const int32_t* tokens, int64_t n,
-                   Numerics num, float* y) = 0;
+  // The MoE of x [n, D] (the router reads x). Under model numerics the experts read x's FP8 round
+  // trip: xq when given (made by the FFN norm's launch: rmsnorm_bf16_fp8), else the backend makes it.
+  virtual void moe(const LayerWeights& w, const ModelConfig& c, const float* x, const float* xq, const int32_t* tokens,
+                   int64_t n, Numerics num, float* y) = 0;
 
   // Model-numerics round trips (in place).
   virtual void round_bf16(float* x, int64_t n) = 0;
@@ -213,6 +217,13 @@ class Ops {
     rmsnorm(x, w, rows, eps, y);
     if (r.out) round_bf16(y, rows * d);
   }
+  // rmsnorm_bf16, then act_quant_fp8_copy(yq, y) (yq may be y): the FP8 input of the linears that
+  // read the normed rows, in the norm's own launch on a device backend.
+  virtual void rmsnorm_bf16_fp8(float* x, const std::vector<float>& w, int64_t rows, float eps, float* y, float* yq,
+                                Bf16Round r) {
+    rmsnorm_bf16(x, w, rows, eps, y, r);
+    act_quant_fp8_copy(yq, y, rows, static_cast<int64_t>(w.size()), false);
+  }
   virtual void rmsnorm_unweighted_bf16(float* x, int64_t rows, int64_t d, float eps, Bf16Round r) {
     if (r.in) round_bf16(x, rows * d);
     rmsnorm_unweighted(x, rows, d, eps);
@@ -223,6 +234,16 @@ class Ops {
     if (r.in) round_bf16(x, n * heads * head_dim);
     rope(x, n, heads, head_dim, t, pos, sign);
     if (r.out) round_bf16(x, n * heads * head_dim);
+  }
+  // Per-head rmsnorm (weights w [head_dim], or none when w is null; norm_r), then RoPE forward
+  // (rope_r), in place on x [n, heads, head_dim]: the query's and the KV row's norm + RoPE, in one
+  // launch on a device backend.
+  virtual void rmsnorm_rope_bf16(float* x, const std::vector<float>* w, int64_t n, int64_t heads, int64_t head_dim,
+                                 float eps, const RopeTable& t, const int64_t* pos, Bf16Round norm_r,
+                                 Bf16Round rope_r) {
+    if (w) rmsnorm_bf16(x, *w, n * heads, eps, x, norm_r);
+    else rmsnorm_unweighted_bf16(x, n * heads, head_dim, eps, norm_r);
+    rope_bf16(x, n, heads, head_dim, t, pos, +1, rope_r);
   }
   virtual void scale_bf16(float* x, int64_t n, float s, Bf16Round r) {
     if (r.in) round_bf16(x, n);

@@ -85,14 +85,14 @@ void Shard::embed(const int32_t* tokens, int64_t n, float* X) {
 // points follow the precision map of §9; under reference numerics everything stays f32.
 // Every projection runs once over the batch's rows; the compressors, the indexer's top-k,
 // attention and the ring run per sequence on its rows (they read and write its state).
-void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, float* y) {
+void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, const float* x, float* y) {
   const ModelConfig& c = config_;
   const int64_t n = b.n, H = c.n_heads, hd = c.head_dim;
   const RopeTable& rope = c.ratio(L.layer) == 0 ? rope_main_ : rope_compress_;
   const int64_t* pos = b.pos.data();
-  // FP8 linears quantise their input; the BF16/F32 ones (compressor, indexer weights) do not.
+  // FP8 linears read x (x_in's FP8 round trip under model numerics); the BF16/F32 ones
+  // (compressor, indexer weights) read x_in.
   const AttnCtx a_ctx{ops_, c, L, rope, pos, n, model()};
-  const float* x = attn_linear_input(a_ctx, x_in);
   // Query: low-rank with q_norm (c_q is kept for the indexer), per-head RMS, RoPE on the tail.
   float* q = ops_.alloc(n * H * hd);
   const float* cq_in = attn_query(a_ctx, x, q);
@@ -226,8 +226,11 @@ void Shard::layers(const Batch& b, float* X) {
     float* xn = ops_.alloc(n * D);
     float* y = ops_.alloc(n * D);
     ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
-    norm_bf16(u, L.attn_norm, n, xn);
-    attention(L, b, xn, y);
+    // Under model numerics the FP8 linears' input comes out of the norm's launch as well.
+    float* xq = model() ? ops_.alloc(n * D) : nullptr;
+    if (xq) ops_.rmsnorm_bf16_fp8(u, L.attn_norm, n, c.norm_eps, xn, xq, rounding(true, true));
+    else norm_bf16(u, L.attn_norm, n, xn);
+    attention(L, b, xn, xq ? xq : xn, y);
     const AttnCtx a{ops_, c, L, rope_main_, b.pos.data(), n, model()};  // (the FFN half uses no RoPE)
     block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, b.tokens.data(), X, u, post, comb, xn, y);

@@ -107,7 +107,8 @@ class Shard {
 
  private:
   struct Batch;  // the rows of a forward_batch call: per-sequence offsets, positions, tokens
-  void attention(const LayerWeights& L, const Batch& b, const float* x, float* y);
+  // x_in: the normed rows; x: the FP8 linears' input (x_in's FP8 round trip under model numerics).
+  void attention(const LayerWeights& L, const Batch& b, const float* x_in, const float* x, float* y);
   void layers(const Batch& b, float* X);  // every layer's ops over the batch's rows
 
   bool model() const { return numerics_ == Numerics::Model; }

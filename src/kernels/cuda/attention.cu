@@ -19,6 +19,7 @@ constexpr float kNegInf = -kInf;
 // ---- compressor pooling: one thread per (entry, channel)
 __global__ void compress_pool_kernel(const float* kv, const float* gate, int slots, int64_t d, int64_t n_entries,
                                      float* out) {
+  pdl_enter();
   const int64_t total = n_entries * d;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -53,6 +54,7 @@ constexpr int kIdxHeadGroups = kIdxThreads / kIdxKeys;
 __global__ void __launch_bounds__(kIdxThreads) indexer_scores_kernel(const float* q, const float* w, int ih, int64_t id,
                                                                      KeySource keys, int64_t n_entries,
                                                                      const int64_t* pos, int ratio, float* score) {
+  pdl_enter();
   extern __shared__ float smem[];
   const int64_t t = blockIdx.y;
   const int64_t k0 = static_cast<int64_t>(blockIdx.x) * kIdxKeys;
@@ -142,6 +144,7 @@ __device__ __forceinline__ int block_rank(bool flag, int* warp_tot, int* total) 
 
 __global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* score, int64_t ld, const int64_t* pos,
                                                             int ratio, int k, int32_t* out) {
+  pdl_enter();
   __shared__ uint32_t sel_key[kTopkMax];
   __shared__ int32_t sel_idx[kTopkMax];
   __shared__ int hist[256];
@@ -276,6 +279,7 @@ struct AttnArgs {
 };
 
 __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnArgs a) {
+  pdl_enter();
   extern __shared__ float smem[];
   const int64_t hd = a.hd, hd4 = hd / 4, kstride = hd + 4;
   float* qs = smem;                              // [8, hd]
@@ -384,6 +388,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnArgs a) {
 // Merge the splits of one (query, head) with the sink: softmax over [scores, sink], sink dropped.
 __global__ void attn_combine_kernel(const float* partial, int n_splits, int64_t heads, int64_t hd, const float* sinks,
                                     float* out) {
+  pdl_enter();
   const int64_t t = blockIdx.y, h = blockIdx.x;
   const int64_t pstride = hd + 2;
   const float* base = partial + (t * n_splits * heads + h) * pstride;
@@ -412,8 +417,7 @@ void compress_pool(DeviceContext& ctx, const float* kv, const float* gate, int s
   if (n_entries <= 0) return;
   HS_CHECK(slots >= 1 && d >= 1, "compress_pool: bad shape");
   DeviceGuard g(ctx.device());
-  compress_pool_kernel<<<grid_for(n_entries * d, 256), 256, 0, ctx.stream()>>>(kv, gate, slots, d, n_entries, out);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, compress_pool_kernel, grid_for(n_entries * d, 256), 256, 0, kv, gate, slots, d, n_entries, out);
 }
 
 void indexer_scores(DeviceContext& ctx, const float* q, const float* w, int64_t nq, int ih, int64_t id,
@@ -427,8 +431,7 @@ void indexer_scores(DeviceContext& ctx, const float* q, const float* w, int64_t 
   const size_t smem = sizeof(float) * static_cast<size_t>(ih * id + kIdxKeys * (id + 4) + ih + kIdxHeadGroups * kIdxKeys);
   ctx.ensure_dynamic_smem(reinterpret_cast<const void*>(indexer_scores_kernel), smem);
   const dim3 grid(static_cast<unsigned>((n_entries + kIdxKeys - 1) / kIdxKeys), static_cast<unsigned>(nq));
-  indexer_scores_kernel<<<grid, kIdxThreads, smem, ctx.stream()>>>(q, w, ih, id, keys, n_entries, pos, ratio, score);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, indexer_scores_kernel, grid, kIdxThreads, smem, q, w, ih, id, keys, n_entries, pos, ratio, score);
 }
 
 void topk(DeviceContext& ctx, const float* score, int64_t nq, int64_t ld, const int64_t* pos, int ratio, int k,
@@ -438,8 +441,7 @@ void topk(DeviceContext& ctx, const float* score, int64_t nq, int64_t ld, const 
   HS_CHECK(ld <= 0x7fffffff, "topk: rows longer than 2^31 entries");
   HS_CHECK(!pos || ratio >= 1, "topk: ratio must be >= 1");
   DeviceGuard g(ctx.device());
-  topk_kernel<<<static_cast<unsigned>(nq), kTopkThreads, 0, ctx.stream()>>>(score, ld, pos, ratio, k, out);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, topk_kernel, static_cast<unsigned>(nq), kTopkThreads, 0, score, ld, pos, ratio, k, out);
 }
 
 void attention_sink(DeviceContext& ctx, const float* q, int64_t nq, int64_t heads, int64_t hd, const AttnRows& rows,
@@ -465,11 +467,8 @@ void attention_sink(DeviceContext& ctx, const float* q, int64_t nq, int64_t head
   ctx.ensure_dynamic_smem(reinterpret_cast<const void*>(attn_split_kernel), smem);
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>((heads + kAttnHeads - 1) / kAttnHeads),
                   static_cast<unsigned>(nq));
-  attn_split_kernel<<<grid, kAttnThreads, smem, ctx.stream()>>>(a);
-  HS_CUDA_CHECK_LAUNCH();
-  attn_combine_kernel<<<dim3(static_cast<unsigned>(heads), static_cast<unsigned>(nq)), 128, 0, ctx.stream()>>>(
-      a.partial, n_splits, heads, hd, sinks, out);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, attn_split_kernel, grid, kAttnThreads, smem, a);
+  launch(ctx, attn_combine_kernel, dim3(static_cast<unsigned>(heads), static_cast<unsigned>(nq)), 128, 0, a.partial, n_splits, heads, hd, sinks, out);
 }
 
 }  // namespace hs::cuda

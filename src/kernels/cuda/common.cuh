@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "kernels/cuda/device_context.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace hs::cuda::detail {
 

@@ -190,6 +190,11 @@ class DeviceContext {
   // Whether clusters of `cluster` blocks of `threads` can run on this device (asked once per
   // kernel and shape); non_portable first allows sizes above 8 for the kernel.
   bool cluster_fits(const void* func, int cluster, int threads, bool non_portable);
+  // Programmatic dependent launch for this context's kernels (kernels/cuda/launch.cuh): off
+  // unless the engine turns it on (EngineOptions::pdl). Set it between steps, not during a
+  // capture: a captured graph keeps the launches it recorded.
+  void set_pdl(bool on) { pdl_ = on; }
+  bool pdl() const { return pdl_; }
 
  private:
   friend class ScratchLease;
@@ -222,6 +227,7 @@ class DeviceContext {
   std::map<const void*, size_t> smem_set_;
   std::map<std::pair<const void*, std::pair<int, size_t>>, int> occupancy_;
   std::map<std::pair<const void*, std::pair<int, int>>, bool> cluster_fits_;
+  bool pdl_ = false;
 };
 
 // Whether kernels and copies on `from` can reach `to`'s memory directly (NVLink / PCIe P2P).

@@ -1,10 +1,14 @@
 #include "kernels/cuda/glue.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace hs::cuda {
+
+using namespace detail;
 
 namespace {
 
 __global__ void broadcast_kernel(const float* src, int64_t n, int hc, int64_t dim, float* dst) {
+  pdl_enter();
   const int64_t total = n * hc * dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -22,8 +26,7 @@ unsigned grid_for(int64_t n) {
 
 void broadcast_streams(DeviceContext& ctx, const float* src, int64_t n, int hc, int64_t dim, float* dst) {
   DeviceGuard g(ctx.device());
-  broadcast_kernel<<<grid_for(n * hc * dim), 256, 0, ctx.stream()>>>(src, n, hc, dim, dst);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, broadcast_kernel, grid_for(n * hc * dim), 256, 0, src, n, hc, dim, dst);
 }
 
 }  // namespace hs::cuda

@@ -37,6 +37,7 @@ constexpr int kHcCollapseChannels = 1024;
 // partial[t, slice, 0..mix) = fn[:, slice] . v[slice]; partial[t, slice, mix] = sum v^2 over the slice.
 __global__ void __launch_bounds__(kHcThreads) hc_proj_kernel(const float* fn, const float* X, int64_t len, int mix,
                                                              float* partial) {
+  pdl_enter();
   __shared__ float4 xs[kHcSlice / 4];
   __shared__ float red[32];
   const int64_t t = blockIdx.y;
@@ -191,6 +192,7 @@ __device__ __forceinline__ void comb4_thread(const float* m, float r, const HcPa
 __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(const float* partial, int nslices, int mix,
                                                                HcParams p, bool head, const float* X, float* u,
                                                                float* post, float* comb) {
+  pdl_enter();
   __shared__ float m[kHcMaxMix + 1];
   __shared__ float pre[8];
   const int64_t t = blockIdx.y;
@@ -244,6 +246,15 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
   const float* x = X + t * HC * D;
   const float4* x4 = reinterpret_cast<const float4*>(x);
   const float4* f4 = reinterpret_cast<const float4*>(p.fn);
+  // This block's float4 columns [c0, c1) of fn and of the token's inputs.
+  const int64_t per = (len4 + kHcCluster - 1) / kHcCluster, c0 = rank * per, c1 = min64(len4, c0 + per);
+  const int64_t cf = c0 + threadIdx.x;  // this thread's first column (at Flash's width its only one)
+  // PDL: before the wait only fn (a weight) is read: the first column of every row is loaded
+  // while the previous kernel finishes.
+  float4 fv0[MIX];
+#pragma unroll
+  for (int r = 0; r < MIX; ++r) fv0[r] = cf < c1 ? __ldg(f4 + r * len4 + cf) : make_float4(0.f, 0.f, 0.f, 0.f);
+  pdl_enter();
 
   // The collapse inputs of this thread's first channel, in flight with the projection.
   const int64_t cd = (D + kHcCluster - 1) / kHcCluster, d0 = rank * cd, d1 = min64(D, d0 + cd);
@@ -252,19 +263,21 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
 #pragma unroll
   for (int j = 0; j < HC; ++j) xc[j] = c_first < d1 ? __ldg(x + j * D + c_first) : 0.f;
 
-  // This block's float4 columns [c0, c1) of fn and of the token's inputs.
-  const int64_t per = (len4 + kHcCluster - 1) / kHcCluster, c0 = rank * per, c1 = min64(len4, c0 + per);
   float v[NV];
 #pragma unroll
   for (int r = 0; r < NV; ++r) v[r] = 0.f;
-  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+  auto column = [&](const float4 (&fv)[MIX], int64_t c) {
     const float4 xv = __ldg(x4 + c);
-    float4 fv[MIX];
-#pragma unroll
-    for (int r = 0; r < MIX; ++r) fv[r] = __ldg(f4 + r * len4 + c);
 #pragma unroll
     for (int r = 0; r < MIX; ++r) v[r] = fma4(fv[r], xv, v[r]);
     v[MIX] = fma4(xv, xv, v[MIX]);
+  };
+  if (cf < c1) column(fv0, cf);
+  for (int64_t c = cf + blockDim.x; c < c1; c += blockDim.x) {
+    float4 fv[MIX];
+#pragma unroll
+    for (int r = 0; r < MIX; ++r) fv[r] = __ldg(f4 + r * len4 + c);
+    column(fv, c);
   }
   int ri;
   const float s = rs_reduce<NV>(v, ri);
@@ -311,19 +324,8 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
 template <bool HEAD, int kHcCluster, int kHcClusterThreads>
 void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post,
                        float* comb) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(kHcCluster, static_cast<unsigned>(n));
-  cfg.blockDim = dim3(kHcClusterThreads);
-  cfg.dynamicSmemBytes = 0;
-  cfg.stream = ctx.stream();
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kHcCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  HS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, hc_cluster_kernel<HEAD, kHcCluster, kHcClusterThreads>, p, X, u, post, comb));
+  launch_cluster(ctx, hc_cluster_kernel<HEAD, kHcCluster, kHcClusterThreads>, dim3(kHcCluster, static_cast<unsigned>(n)),
+                 dim3(kHcClusterThreads), kHcCluster, p, X, u, post, comb);
 }
 
 template <bool HEAD>
@@ -350,17 +352,15 @@ void hc_collapse(DeviceContext& ctx, const HcParams& p, int mix, bool head, cons
   const int nslices = static_cast<int>((len + kHcSlice - 1) / kHcSlice);
   auto lease = ctx.scratch(static_cast<size_t>(n) * nslices * (mix + 1) * sizeof(float));
   float* partial = lease.as<float>();
-  hc_proj_kernel<<<dim3(nslices, static_cast<unsigned>(n)), kHcThreads, 0, ctx.stream()>>>(p.fn, X, len, mix,
+  launch(ctx, hc_proj_kernel, dim3(nslices, static_cast<unsigned>(n)), kHcThreads, 0, p.fn, X, len, mix,
                                                                                             partial);
-  HS_CUDA_CHECK_LAUNCH();
   const unsigned cblocks = static_cast<unsigned>((p.dim + kHcCollapseChannels - 1) / kHcCollapseChannels);
-  hc_finish_kernel<<<dim3(cblocks, static_cast<unsigned>(n)), kHcThreads, 0, ctx.stream()>>>(
-      partial, nslices, mix, p, head, X, u, post, comb);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, hc_finish_kernel, dim3(cblocks, static_cast<unsigned>(n)), kHcThreads, 0, partial, nslices, mix, p, head, X, u, post, comb);
 }
 
 __global__ void hc_post_kernel(const float* y, const float* post, const float* comb, int64_t n, int hc, int64_t dim,
                                float* X, bool round_out) {
+  pdl_enter();
   const int64_t total = n * dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -380,6 +380,7 @@ __global__ void hc_post_kernel(const float* y, const float* post, const float* c
 
 // The mean over the hc streams in f64 in stream order, like the CPU twin: the same floats.
 __global__ void hc_stream_mean_kernel(const float* X, int64_t n, int hc, int64_t dim, float* out, int64_t stride) {
+  pdl_enter();
   const int64_t total = n * dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -406,16 +407,14 @@ void hc_post(DeviceContext& ctx, const float* y, const float* post, const float*
   HS_CHECK(hc >= 1 && hc <= 8, "hc_post: unsupported hc ", hc);
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  hc_post_kernel<<<grid_for(n * dim, 256), 256, 0, ctx.stream()>>>(y, post, comb, n, hc, dim, X, round_out);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, hc_post_kernel, grid_for(n * dim, 256), 256, 0, y, post, comb, n, hc, dim, X, round_out);
 }
 
 void hc_stream_mean(DeviceContext& ctx, const float* X, int64_t n, int hc, int64_t dim, float* out, int64_t stride) {
   HS_CHECK(hc >= 1 && dim > 0 && stride >= dim, "hc_stream_mean: hc ", hc, ", dim ", dim, ", stride ", stride);
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  hc_stream_mean_kernel<<<grid_for(n * dim, 256), 256, 0, ctx.stream()>>>(X, n, hc, dim, out, stride);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, hc_stream_mean_kernel, grid_for(n * dim, 256), 256, 0, X, n, hc, dim, out, stride);
 }
 
 }  // namespace hs::cuda

@@ -124,7 +124,8 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MvArgs a) {
   const int64_t c0 = static_cast<int64_t>(s) * 32 + lane, cstep = 32 * S;
   const ScaleRef sref{a.s, a.cols};
 
-  // Start the first row group's weights towards L2 while x is staged.
+  // PDL: before the wait only this block's first weights (never written by a step) are read: they
+  // start towards L2 while the previous kernel finishes and x is staged.
   if (blockIdx.x < a.n_row_groups) {
     const int64_t row0 = static_cast<int64_t>(blockIdx.x) * (G * R) + g * R;
 #pragma unroll
@@ -134,6 +135,7 @@ __global__ void __launch_bounds__(kMvThreads) matvec_kernel(MvArgs a) {
     }
   }
 
+  pdl_enter();
   // x -> shared memory, float4 group G4 of column j stored at G4 ^ ((G4 >> 3) & (Q - 1)).
   const int64_t g4 = a.cols / 4;
   for (int64_t i = threadIdx.x; i < NC * g4; i += kMvThreads) {
@@ -214,8 +216,7 @@ void launch_matvec_r(DeviceContext& ctx, MvArgs a, int groups) {
   const int bps = ctx.blocks_per_sm(reinterpret_cast<const void*>(kern), kMvThreads, smem);
   const int64_t per_group_blocks = std::max<int64_t>(1, static_cast<int64_t>(bps) * ctx.sm_count() / groups);
   const unsigned gx = static_cast<unsigned>(std::min<int64_t>(a.n_row_groups, per_group_blocks));
-  kern<<<dim3(gx, static_cast<unsigned>(groups)), kMvThreads, smem, ctx.stream()>>>(a);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, kern, dim3(gx, static_cast<unsigned>(groups)), kMvThreads, smem, a);
 }
 
 // ---- n == 1: the input in registers (rowstream.cuh)
@@ -241,6 +242,12 @@ __global__ void __launch_bounds__(kMv1MaxWarps * 32) mv1_kernel(Mv1Args a) {
   const int64_t group = blockIdx.y, row_base = group * a.rows;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * a.G * a.rb + g * a.rb;
   const int64_t rb = row_bytes<T>(a.cols), C = a.cols / R::E;
+  {  // PDL: before the wait only this block's rows of weights (never written by a step) are read.
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * a.G * a.rb;
+    const int64_t n = min64(a.rows - first, static_cast<int64_t>(a.G) * a.rb);
+    pdl_prefetch_l2(a.w + (row_base + first) * rb, static_cast<size_t>(n * rb));
+  }
+  pdl_enter();
   float xr[32];
   rs_load_x<T>(a.x + group * a.x_group, a.cols, sl, xr);
   const ScaleRef sref{a.s, a.cols};
@@ -304,8 +311,7 @@ void launch_mv1_t(DeviceContext& ctx, const WeightView& W, const float* x, float
   a.rb = static_cast<int>(std::clamp<int64_t>(want / KR * KR, KR, kMv1MaxRows));
   const int64_t brows = static_cast<int64_t>(a.G) * a.rb;
   const dim3 grid(static_cast<unsigned>((rows_per_group + brows - 1) / brows), static_cast<unsigned>(groups));
-  mv1_kernel<T><<<grid, 32 * a.nsl * a.G, 0, ctx.stream()>>>(a);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, mv1_kernel<T>, grid, 32 * a.nsl * a.G, 0, a);
 }
 
 void launch_mv1(DeviceContext& ctx, const WeightView& W, const float* x, float* y, int groups, int64_t rows_per_group,
@@ -412,6 +418,7 @@ __device__ __forceinline__ void store4(OutT* o, const float (&w)[4], float sc) {
 template <WType T, typename OutT>
 __global__ void dequant_kernel(const uint8_t* w, const uint8_t* s, int64_t cols, const int32_t* rows, int64_t r0,
                                int64_t n, OutT* out) {
+  pdl_enter();
   using Tr = WTraits<T>;
   constexpr int E = Tr::E;
   const int64_t C = cols / E;
@@ -451,22 +458,21 @@ void dequant_launch(DeviceContext& ctx, const WeightView& W, const int32_t* rows
     case WType::GGML_BLOCK: break;  // handled above
   }
   const unsigned grid = grid_for(n * (W.cols / e), threads);
-  auto st = ctx.stream();
   switch (W.type) {
-    case WType::F32: dequant_kernel<WType::F32><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out); break;
-    case WType::F16: dequant_kernel<WType::F16><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out); break;
-    case WType::BF16: dequant_kernel<WType::BF16><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out); break;
-    case WType::Q8_0: dequant_kernel<WType::Q8_0><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out); break;
+    case WType::F32: launch(ctx, dequant_kernel<WType::F32, OutT>, grid, threads, 0, w, s, W.cols, rows, r0, n, out); break;
+    case WType::F16: launch(ctx, dequant_kernel<WType::F16, OutT>, grid, threads, 0, w, s, W.cols, rows, r0, n, out); break;
+    case WType::BF16: launch(ctx, dequant_kernel<WType::BF16, OutT>, grid, threads, 0, w, s, W.cols, rows, r0, n, out); break;
+    case WType::Q8_0: launch(ctx, dequant_kernel<WType::Q8_0, OutT>, grid, threads, 0, w, s, W.cols, rows, r0, n, out); break;
     case WType::FP8_B128:
-      dequant_kernel<WType::FP8_B128><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out);
+      launch(ctx, dequant_kernel<WType::FP8_B128, OutT>, grid, threads, 0, w, s, W.cols, rows, r0, n, out);
       break;
-    case WType::MXFP4: dequant_kernel<WType::MXFP4><<<grid, threads, 0, st>>>(w, s, W.cols, rows, r0, n, out); break;
+    case WType::MXFP4: launch(ctx, dequant_kernel<WType::MXFP4, OutT>, grid, threads, 0, w, s, W.cols, rows, r0, n, out); break;
     case WType::GGML_BLOCK: break;  // handled above
   }
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 __global__ void f32_to_bf16_kernel(const float* x, int64_t n, int64_t cols, int64_t ldx, __nv_bfloat16* out) {
+  pdl_enter();
   const int64_t total = n * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -516,8 +522,7 @@ void gemm_tiled(DeviceContext& ctx, const WeightView& W, const float* x, int64_t
   __nv_bfloat16* xb = lease.as<__nv_bfloat16>();
   void* tile = lease.as<char>(x_bytes);
   if (!f32) {
-    f32_to_bf16_kernel<<<grid_for(n * W.cols, 256), 256, 0, ctx.stream()>>>(x, n, W.cols, ldx, xb);
-    HS_CUDA_CHECK_LAUNCH();
+    launch(ctx, f32_to_bf16_kernel, grid_for(n * W.cols, 256), 256, 0, x, n, W.cols, ldx, xb);
   }
   for (int64_t r0 = 0; r0 < W.rows; r0 += tr) {
     const int64_t m = std::min<int64_t>(tr, W.rows - r0);

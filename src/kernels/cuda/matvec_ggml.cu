@@ -154,6 +154,7 @@ struct GArgs {
 
 template <GgmlType T, int NC>
 __global__ void __launch_bounds__(kGThreads) ggml_matvec_kernel(GArgs a) {
+  pdl_enter();
   using G = StepGeo<T>;
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
@@ -230,6 +231,7 @@ template <GgmlType T, typename OutT>
 __global__ void __launch_bounds__(kGThreads) ggml_dequant_kernel(const uint8_t* w, int64_t w_bytes, int64_t cols,
                                                                  const int32_t* rows, int64_t r0, int64_t n,
                                                                  OutT* out) {
+  pdl_enter();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   const int warp = threadIdx.x >> 5;
@@ -269,8 +271,7 @@ void launch_mv(DeviceContext& ctx, const GArgs& a, int groups) {
   const int64_t need = (a.rows + kGWarps - 1) / kGWarps;
   const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(bps) * ctx.sm_count() / groups);
   const unsigned gx = static_cast<unsigned>(std::min<int64_t>(need, cap));
-  kern<<<dim3(gx, static_cast<unsigned>(groups)), kGThreads, smem, ctx.stream()>>>(a);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, kern, dim3(gx, static_cast<unsigned>(groups)), kGThreads, smem, a);
 }
 
 template <GgmlType T>
@@ -306,9 +307,8 @@ void dequant_t(DeviceContext& ctx, const WeightView& W, const int32_t* rows, int
   const int bps = ctx.blocks_per_sm(reinterpret_cast<const void*>(kern), kGThreads, smem);
   const int64_t need = (n + kGWarps - 1) / kGWarps;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(need, static_cast<int64_t>(bps) * ctx.sm_count()));
-  kern<<<grid, kGThreads, smem, ctx.stream()>>>(static_cast<const uint8_t*>(W.data), W.data_bytes(), W.cols, rows, r0,
+  launch(ctx, kern, grid, kGThreads, smem, static_cast<const uint8_t*>(W.data), W.data_bytes(), W.cols, rows, r0,
                                                 n, out);
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 // Offsets of a Lucebox block's UE4M3 scale bytes (-1: none); false for other types.

@@ -236,6 +236,12 @@ __global__ void __launch_bounds__(kQmThreads) mma_matvec_kernel(QmArgs a) {
   const uint8_t* wlo = a.w + (rlo * a.cols + 8 * c) * eb;
   const uint8_t* whi = a.w + (rhi * a.cols + 8 * c) * eb;
   const float* xg = a.x + group * a.x_group + g * a.ldx + 8 * c;
+  {  // PDL: before the wait only this block's rows of weights (never written by a step) are read.
+    const int64_t first = static_cast<int64_t>(blockIdx.x) * TR * 16;
+    const int64_t n = min64(a.rows - first, static_cast<int64_t>(TR) * 16);
+    pdl_prefetch_l2(a.w + (row_base + first) * a.cols * eb, static_cast<size_t>(n * a.cols * eb));
+  }
+  pdl_enter();
   const ScaleRef sref{a.s, a.cols};  // 16-element chunk 2b holds block b's scale
   // Columns past n read nothing and multiply zeros.
   auto xload = [&](int nt, int64_t b, int h) {
@@ -303,9 +309,9 @@ __global__ void __launch_bounds__(kQmThreads) mma_matvec_kernel(QmArgs a) {
 
 template <WType T>
 void launch_mma(DeviceContext& ctx, dim3 grid, const QmArgs& a) {
-  if (a.ncols <= 8) mma_matvec_kernel<T, 1><<<grid, kQmThreads, 0, ctx.stream()>>>(a);
-  else if (a.ncols <= 16) mma_matvec_kernel<T, 2><<<grid, kQmThreads, 0, ctx.stream()>>>(a);
-  else mma_matvec_kernel<T, 4><<<grid, kQmThreads, 0, ctx.stream()>>>(a);
+  if (a.ncols <= 8) launch(ctx, mma_matvec_kernel<T, 1>, grid, kQmThreads, 0, a);
+  else if (a.ncols <= 16) launch(ctx, mma_matvec_kernel<T, 2>, grid, kQmThreads, 0, a);
+  else launch(ctx, mma_matvec_kernel<T, 4>, grid, kQmThreads, 0, a);
 }
 
 }  // namespace

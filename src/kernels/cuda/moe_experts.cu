@@ -223,6 +223,7 @@ __device__ __forceinline__ void stage_panel(uint8_t* xp, const float* const* sro
 
 template <class Src, bool GU, bool BF>
 __global__ void __launch_bounds__(kThreads, 1) pf_kernel(PfArgs a) {
+  pdl_enter();
   constexpr int E = Src::E, TK = Src::TK, XS = panel_k<BF>() + 16, KSP = panel_k<BF>() / TK;
   constexpr int kItemUnroll = Src::kGgml ? 1 : 8;  // native chunks live in register arrays
   extern __shared__ uint4 smem4[];
@@ -320,6 +321,7 @@ __global__ void __launch_bounds__(kThreads, 1) pf_kernel(PfArgs a) {
 // to bf16 first, model numerics).
 __global__ void __launch_bounds__(kThreads) moe_reduce_kernel(const float* d, const int* pos_of, const int32_t* idx,
                                                               int k, int E, int64_t D, bool round, float* y) {
+  pdl_enter();
   __shared__ int order[kMoeMaxK];
   const int64_t t = blockIdx.x;
   if (static_cast<int>(threadIdx.x) < k)
@@ -339,6 +341,7 @@ __global__ void __launch_bounds__(kThreads) moe_reduce_kernel(const float* d, co
 // y[t, :] = sum over r < k of d[t * k + r, :] in r order (decode, the token's slot rows already
 // in ascending expert id), each rounded to bf16 first when round (model numerics).
 __global__ void __launch_bounds__(kThreads) slot_sum_kernel(const float* d, int k, int64_t D, bool round, float* y) {
+  pdl_enter();
   const int64_t t = blockIdx.y;
   for (int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; c < D / 4;
        c += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -444,7 +447,7 @@ void launch_dec(DeviceContext& ctx, DecArgs a, int64_t nq) {
   const int64_t rpb = kWarps / a.splits * R;
   const dim3 grid(static_cast<unsigned>((a.rows + rpb - 1) / rpb), static_cast<unsigned>(nq));
   void* args[] = {&a};
-  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 // Prefill launch: a persistent grid over (item, row tile) pairs; bf: tensor cores.
@@ -463,7 +466,7 @@ void launch_pf(DeviceContext& ctx, const WeightView& w, PfArgs a, GemmMode mode,
     const int64_t bps = std::max(1, ctx.blocks_per_sm(kern, kThreads, smem));
     const int64_t grid = std::max<int64_t>(1, std::min<int64_t>(bps * ctx.sm_count(), max_units));
     void* args[] = {&a};
-    HS_CUDA_CHECK(cudaLaunchKernel(kern, dim3(static_cast<unsigned>(grid)), dim3(kThreads), args, smem, ctx.stream()));
+    launch(ctx, kern, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, args);
   });
 }
 
@@ -501,8 +504,7 @@ bool fast_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   fast_pair<false>(ctx, a, td, sd, static_cast<int>(nk), nsh);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(n));
-  fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, nk, D, shared != nullptr, model, y);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, fast_combine_kernel, grid, kThreads, 0, d, k, nk, D, shared != nullptr, model, y);
   return true;
 }
 
@@ -607,8 +609,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     const int64_t mi = max_items(nk, E);
     int4* items = reinterpret_cast<int4*>(ws + L.items);
     int* n_items = reinterpret_cast<int*>(ws + L.n_items);
-    moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, perm, pos, items, n_items, kTok);
-    HS_CUDA_CHECK_LAUNCH();
+    launch(ctx, moe_sort_kernel, 1, 1024, 0, idx, static_cast<int>(nk), E, perm, pos, items, n_items, kTok);
     PfArgs p{};
     set_weights(p, w1, w3);
     p.x = x, p.perm = perm, p.weight = weight, p.items = items, p.n_items = n_items, p.out = h;
@@ -650,8 +651,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end, tune.down_ksplit);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                     static_cast<unsigned>(n));
-    fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, nk, D, shared != nullptr, model, y);
-    HS_CUDA_CHECK_LAUNCH();
+    launch(ctx, fast_combine_kernel, grid, kThreads, 0, d, k, nk, D, shared != nullptr, model, y);
     return;
   }
   if (decode) {
@@ -665,12 +665,10 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       with_src(w2, [&](auto tag) { launch_dec<typename decltype(tag)::type, 4, false>(ctx, ra, nk); });
       const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                       static_cast<unsigned>(n));
-      slot_sum_kernel<<<grid, kThreads, 0, ctx.stream()>>>(d, k, D, true, y);
-      HS_CUDA_CHECK_LAUNCH();
+      launch(ctx, slot_sum_kernel, grid, kThreads, 0, d, k, D, true, y);
     }
   } else {
-    moe_reduce_kernel<<<static_cast<unsigned>(n), kThreads, 0, ctx.stream()>>>(d, pos, idx, k, E, D, model, y);
-    HS_CUDA_CHECK_LAUNCH();
+    launch(ctx, moe_reduce_kernel, static_cast<unsigned>(n), kThreads, 0, d, pos, idx, k, E, D, model, y);
   }
 
   // y += the shared expert's output (model numerics: that output and the sum rounded to bf16).

@@ -101,6 +101,7 @@ __device__ int block_exscan(int v, int* ws, int* total) {
 // at most tok tokens each (prefill: kTok; grouped decode: kBCols).
 __global__ void __launch_bounds__(1024) moe_sort_kernel(const int32_t* idx, int nk, int E, int* perm, int* pos_of,
                                                         int4* items, int* n_items, int tok) {
+  pdl_enter();
   __shared__ int cnt[kMoeMaxExperts], fill[kMoeMaxExperts], off[kMoeMaxExperts], ws[32];
   const int tid = threadIdx.x;
   for (int e = tid; e < E; e += blockDim.x) cnt[e] = fill[e] = 0;

@@ -72,6 +72,7 @@ __device__ __forceinline__ void dot_chunk(const uint4 (&raw)[NS], const float4* 
 // Dynamic shared memory: [GGUF tables][x piece: seg_per_piece * L floats][GGUF staging].
 template <class Src, int R, bool GU>
 __global__ void __launch_bounds__(kThreads) dec_kernel(DecArgs a) {
+  pdl_enter();
   constexpr int NS = GU ? 2 * R : R;
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);

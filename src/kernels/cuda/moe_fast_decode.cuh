@@ -387,6 +387,16 @@ __device__ __forceinline__ FastSlot fast_slot(const FastArgs& a) {
   return {sh, q, sh ? y : GU ? q / a.k : q};
 }
 
+// The shared expert's rows of this block (Q8_0 planes, K bytes a row: weights, never written
+// during a step) towards L2; for the time before pdl_wait (the routed slots' experts are only
+// known after it).
+__device__ __forceinline__ void prefetch_shared_rows(const FastArgs& a, const FastSlot& s, int span, bool gate_up) {
+  if (!s.sh) return;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * span, n = min64(a.rows - row0, int64_t{a.TR} * span);
+  pdl_prefetch_l2(a.wa[1] + row0 * a.K, static_cast<size_t>(n * a.K));
+  if (gate_up) pdl_prefetch_l2(a.wb[1] + row0 * a.K, static_cast<size_t>(n * a.K));
+}
+
 // Thread 0: the slot's expert, rank and routing weight (the shared expert: 0, 0, 1); gate/up
 // also lists the token's experts in ascending order.
 template <bool GU>
@@ -434,6 +444,7 @@ __device__ __forceinline__ void fast_epilogue(const FastArgs& a, const float* re
 // grid (row blocks, slots: fast_slot). MA: the routed math, MB: the shared expert's.
 template <class MA, class MB, bool GU>
 __global__ void __launch_bounds__(kThreads, 2) fast_kernel(FastArgs a) {
+  pdl_enter();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   __shared__ float red[kWarps * 32];
@@ -463,6 +474,7 @@ __global__ void __launch_bounds__(kThreads, 2) fast_kernel(FastArgs a) {
 // sum after the shared segment.
 __global__ void __launch_bounds__(kThreads) fast_combine_kernel(const float* d, int k, int64_t nk, int64_t D,
                                                                 bool shared, bool model, float* y) {
+  pdl_enter();
   const int64_t t = blockIdx.y;
   auto rnd = [&](float4 v) {
     return model ? make_float4(bf16_round(v.x), bf16_round(v.y), bf16_round(v.z), bf16_round(v.w)) : v;
@@ -524,7 +536,7 @@ void fast_launch(DeviceContext& ctx, FastArgs a, int nr, int nsh) {
   ctx.ensure_dynamic_smem(kern, smem);
   const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nr + nsh));
   void* args[] = {&a};
-  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 // The routed slots (type ta) and nsh shared ones (type tb): one launch when the types are the

@@ -55,6 +55,7 @@ __device__ __forceinline__ bool grouped_item(const FastArgs& a, const GroupedIte
 __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_grouped_kernel(FastArgs a, GroupedItems gi,
                                                                           const uint8_t* wa_end,
                                                                           const uint8_t* wb_end) {
+  pdl_enter();
   extern __shared__ uint4 smem4[];
   __shared__ float red[kWarps * kBCols * 32];
   __shared__ int4 s_it;
@@ -70,6 +71,7 @@ __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_grouped_kernel(FastAr
 // grid (row blocks, item bound): d[t * k + rank] = the expert's w2 . h[t * k + rank].
 __global__ void __launch_bounds__(kThreads, 2) q2k_down_grouped_kernel(FastArgs a, GroupedItems gi,
                                                                        const uint8_t* w_end) {
+  pdl_enter();
   extern __shared__ uint4 smem4[];
   __shared__ float red[kWarps * kBCols * 32];
   __shared__ int4 s_it;
@@ -110,9 +112,8 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
                     const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
                     const GroupedWs& ws, float* y, const MoeShared* shared, bool model, const MoeTuning& tune) {
   const int64_t I = w1.rows / E, D = w1.cols, nk = n * k;
-  moe_sort_kernel<<<1, 1024, 0, ctx.stream()>>>(idx, static_cast<int>(nk), E, ws.perm, ws.pos, ws.items, ws.n_items,
+  launch(ctx, moe_sort_kernel, 1, 1024, 0, idx, static_cast<int>(nk), E, ws.perm, ws.pos, ws.items, ws.n_items,
                                                 kBCols);
-  HS_CUDA_CHECK_LAUNCH();
   const GroupedItems gi{ws.perm, ws.items, ws.n_items};
   const unsigned item_bound = static_cast<unsigned>(nk);  // every item holds a pair
   auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
@@ -129,7 +130,7 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
     const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
     const dim3 grid(static_cast<unsigned>((I + 16 * a.TR - 1) / (16 * a.TR)), item_bound);
     void* args[] = {&a, const_cast<GroupedItems*>(&gi), &wa_end, &wb_end};
-    HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+    launch(ctx, kern, grid, dim3(kThreads), smem, args);
   }
   float* hs = ws.h + nk * I;
   if (shared) {
@@ -148,13 +149,12 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
     const uint8_t* w_end = a.wa[0] + w2.data_bytes();
     const dim3 grid(static_cast<unsigned>((D + 32 * a.TR - 1) / (32 * a.TR)), item_bound);
     void* args[] = {&a, const_cast<GroupedItems*>(&gi), &w_end};
-    HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+    launch(ctx, kern, grid, dim3(kThreads), smem, args);
   }
   if (shared) shared_matmul(ctx, shared->w2, hs, n, ws.d + nk * D);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(n));
-  fast_combine_kernel<<<grid, kThreads, 0, ctx.stream()>>>(ws.d, k, nk, D, shared != nullptr, model, y);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, fast_combine_kernel, grid, kThreads, 0, ws.d, k, nk, D, shared != nullptr, model, y);
 }
 
 }  // namespace

@@ -6,8 +6,9 @@
 // H200, 8L q2: 34.4M instructions for 26 MB of gate/up weights, issue-bound at 72 % of cycles,
 // DRAM at 8 %). Here the weights never become f32: a grid entry's 8 magnitudes (8, 25, 43) are
 // exact bf16, each pair one byte permute from a 7-byte palette of signed bf16 bytes: its
-// selectors are an 8-byte grid-table entry plus an 8-byte sign-table entry (the sign moves an
-// element's high-byte selector to the negative copy), and mma.sync
+// selectors are an 8-byte grid-table entry in shared memory plus the signs, computed (the sign
+// moves an element's high-byte selector to the negative copy; a second table of the signs cost
+// as many shared-memory bank conflicts as the grid's random lookups), and mma.sync
 // m16n8k16 multiplies them by x split into three bf16 terms x = t0 + t1 + t2 (24 significant
 // bits, the MXFP4 path's exactness: one term per B column). The unit scale db = d (0.5 + ls) / 4,
 // computed as the CPU does, multiplies each unit's f32 sum; only that reassociation separates the
@@ -32,7 +33,22 @@ namespace {
 constexpr int kIq2Row = 80;              // staged bytes per row and step
 constexpr int kIq2Slot = 32 * kIq2Row;   // one step of a warp's 32 rows
 constexpr int kIq2Depth = 3;             // ring slots per warp
-constexpr int kIq2Tables = 2048 + 1024;  // permute selectors: grid entries (256 x 8 B), signs (128 x 8 B)
+constexpr int kIq2Tables = 2048;  // permute selectors of the grid entries (256 x 8 B)
+
+
+// Signs b0..b3 (v < 16) as bit 5 of bytes 0..3 (+2 on each selector's high nibble): the multiply
+// puts copies of v at bits 5, 12, 19 and 26 (no two overlap, so nothing carries), bit j of copy j
+// at 8j + 5.
+__host__ __device__ constexpr uint32_t iq2_sign_add(uint32_t v) { return v * 0x04081020u & 0x20202020u; }
+constexpr bool iq2_sign_add_spreads() {
+  for (uint32_t v = 0; v < 16; ++v) {
+    uint32_t want = 0;
+    for (int j = 0; j < 4; ++j) want |= ((v >> j) & 1u) << (8 * j + 5);
+    if (iq2_sign_add(v) != want) return false;
+  }
+  return true;
+}
+static_assert(iq2_sign_add_spreads(), "IQ2_XXS signs: the multiply must put sign j at bit 8j + 5 only");
 
 // Dynamic shared memory: [tables][B columns: K/16 k-groups x kBCols x 32 B][ring][16 B pad].
 size_t iq2_smem(int64_t K) {
@@ -84,7 +100,6 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
                                          Epi&& epi) {
   static_assert(BC >= 1 && BC <= kBCols, "iq2_body: 1..kBCols columns");
   uint64_t* gtab = reinterpret_cast<uint64_t*>(smem);  // grid entry -> element j's selector byte j
-  uint64_t* stab = gtab + 256;                          // sign index -> what its signs add to it
   uint2* bs = reinterpret_cast<uint2*>(smem + kIq2Tables);
   uint8_t* rings = smem + kIq2Tables + a.K * 2 * kBCols;
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
@@ -96,12 +111,6 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
       sel |= (code | (3 + (code == 2)) << 4) << (8 * j);
     }
     gtab[i] = sel;
-    if (i < 128) {
-      const uint32_t sb = c_ksigns.v[i];
-      uint64_t add = 0;
-      HS_UNROLL for (int j = 0; j < 8; ++j) add |= static_cast<uint64_t>((sb >> j) & 1u) << (8 * j + 5);  // +2 high
-      stab[i] = add;
-    }
   }
   constexpr uint32_t pal_lo = iq2_pal(0), pal_hi = iq2_pal(1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
@@ -154,14 +163,18 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
           uint32_t A[2][4];
           float db[2];
           HS_UNROLL for (int h = 0; h < 2; ++h) {
-            uint32_t w[2];
-            BlockIn{st, off[f][h]}.words<2>(2 + 8 * u, w);  // 4 grid indices; 4 x 7 sign bits, the scale
-            // Selector nibbles stay below 8 after the sign's +2: the sum has no carries.
-            const uint64_t sel = gtab[(w[0] >> (8 * c)) & 255u] + stab[(w[1] >> (7 * c)) & 127u];
+            // The unit: 4 grid indices (this lane's is one byte load), then 4 x 7 sign bits and the
+            // scale in one word.
+            const BlockIn blk{st, off[f][h]};
+            const uint32_t w1 = blk.u32(6 + 8 * u);
+            // Selector nibbles stay below 8 after the sign's +2: the sums have no carries.
+            const uint2 gs = reinterpret_cast<const uint2*>(gtab)[blk.u8(2 + 8 * u + c)];
+            const uint32_t sb = iq2_sign_byte((w1 >> (7 * c)) & 127u);
+            const uint32_t sel[2] = {gs.x + iq2_sign_add(sb & 15u), gs.y + iq2_sign_add(sb >> 4)};
             HS_UNROLL for (int p = 0; p < 4; ++p)
-              A[h][p] = __byte_perm(pal_lo, pal_hi, static_cast<uint32_t>(sel >> (16 * p)));  // elements 2p, 2p+1
+              A[h][p] = __byte_perm(pal_lo, pal_hi, sel[p >> 1] >> (16 * (p & 1)));  // elements 2p, 2p+1
             // d (0.5 + ls) / 4 rounded once, as the CPU's (d (0.5 + ls)) / 4.
-            db[h] = d[f][h] * fmaf(uint_f(w[1] >> 28), 0.25f, 0.125f);
+            db[h] = d[f][h] * fmaf(uint_f(w1 >> 28), 0.25f, 0.125f);
           }
           float cf[4] = {0.f, 0.f, 0.f, 0.f};
           HS_UNROLL for (int m = 0; m < 2; ++m)
@@ -189,7 +202,10 @@ __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, co
   __shared__ float red[kWarps * 32];
   __shared__ int s_rank, s_e;
   __shared__ float s_w;
-  const FastSlot sl = fast_slot<true>(a);
+  const FastSlot sl = fast_slot<true>(a);  // (from the launch arguments only)
+  // PDL: before the wait only the shared expert's weights are read.
+  prefetch_shared_rows(a, sl, 16, true);
+  pdl_enter();
   if (threadIdx.x == 0) fast_slot_meta<true>(a, sl, &s_e, &s_rank, &s_w);
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16;
   if (sl.sh) {
@@ -227,7 +243,7 @@ void iq2_gate_up(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t*
   const int64_t span = 16 * a.TR;
   const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh));
   void* args[] = {&a, &wa_end, &wb_end};
-  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 }  // namespace

@@ -178,7 +178,10 @@ __global__ void __launch_bounds__(kThreads, 2) q2k_down_kernel(FastArgs a, const
   __shared__ float red[kWarps * 32];
   __shared__ int s_rank, s_e;
   __shared__ float s_w;
-  const FastSlot sl = fast_slot<false>(a);
+  const FastSlot sl = fast_slot<false>(a);  // (from the launch arguments only)
+  // PDL: before the wait only the shared expert's weights are read.
+  prefetch_shared_rows(a, sl, 32, false);
+  pdl_enter();
   if (threadIdx.x == 0) fast_slot_meta<false>(a, sl, &s_e, &s_rank, &s_w);
   __syncthreads();
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 32;
@@ -213,7 +216,7 @@ void q2k_down(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* w_
   const int64_t span = 32 * a.TR;
   const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh));
   void* args[] = {&a, &w_end};
-  HS_CUDA_CHECK(cudaLaunchKernel(kern, grid, dim3(kThreads), args, smem, ctx.stream()));
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 }  // namespace

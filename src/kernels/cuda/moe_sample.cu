@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* l
                                                                   const float* bias, const int32_t* tid2eid,
                                                                   const int32_t* tokens, float route_scale,
                                                                   int32_t* idx, float* weight) {
+  pdl_enter();
   __shared__ float s[kRouteMaxExperts];
   __shared__ float key[kRouteMaxExperts];
   __shared__ int chosen[kRouteMaxK];
@@ -100,6 +101,7 @@ __global__ void __launch_bounds__(kRouteThreads) moe_route_kernel(const float* l
 // ---- sampling
 
 __global__ void __launch_bounds__(kSampleThreads) argmax_kernel(const float* logits, int64_t vocab, int32_t* out) {
+  pdl_enter();
   __shared__ float sv[32];
   __shared__ int si[32];
   const float* l = logits + blockIdx.x * vocab;
@@ -135,6 +137,7 @@ __device__ float block_scan(float v, float* ws, float* total) {
 
 // Canonical float keys (as the top-k kernel uses), so -0 == +0 and the sort is stable by id.
 __global__ void sort_keys_kernel(const float* logits, int64_t vocab, uint32_t* keys, int32_t* ids) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < vocab;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float f = logits[i];
@@ -149,6 +152,7 @@ __global__ void sort_keys_kernel(const float* logits, int64_t vocab, uint32_t* k
 __global__ void __launch_bounds__(kSampleThreads) sample_finish_kernel(const float* logits, const int32_t* cand,
                                                                        int64_t m, SamplingParams sp, float u,
                                                                        int32_t* out) {
+  pdl_enter();
   __shared__ float ws[32];
   __shared__ float red[32];
   __shared__ int64_t s_cut;
@@ -219,14 +223,14 @@ void moe_route(DeviceContext& ctx, const float* logits, int64_t n, int n_experts
            "moe_route: unsupported experts ", n_experts, " / k ", k);
   HS_CHECK(!tid2eid || tokens, "moe_route: hash routing needs the token ids");
   DeviceGuard g(ctx.device());
-  moe_route_kernel<<<static_cast<unsigned>(n), kRouteThreads, 0, ctx.stream()>>>(logits, n_experts, k, bias, tid2eid,
+  launch(ctx, moe_route_kernel, static_cast<unsigned>(n), kRouteThreads, 0, logits, n_experts, k, bias, tid2eid,
                                                                                  tokens, route_scale, idx, weight);
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 namespace {
 // Row r's logit i becomes -inf unless bit i of bits[r] is set (a constrained request's mask).
 __global__ void mask_tokens_kernel(float* logits, int64_t vocab, const uint64_t* bits, int64_t words) {
+  pdl_enter();
   const int64_t r = blockIdx.y;
   float* row = logits + r * vocab;
   const uint64_t* b = bits + r * words;
@@ -241,8 +245,7 @@ void mask_tokens(DeviceContext& ctx, float* logits, int64_t rows, int64_t vocab,
   HS_CHECK(rows <= 65535, "mask_tokens: too many rows");
   DeviceGuard g(ctx.device());
   const dim3 grid(std::min<unsigned>(static_cast<unsigned>((vocab + 255) / 256), 128u), static_cast<unsigned>(rows));
-  mask_tokens_kernel<<<grid, 256, 0, ctx.stream()>>>(logits, vocab, bits, (vocab + 63) / 64);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, mask_tokens_kernel, grid, 256, 0, logits, vocab, bits, (vocab + 63) / 64);
 }
 
 void sample(DeviceContext& ctx, const float* logits, int64_t rows, int64_t vocab, const SamplingParams& sp,
@@ -251,8 +254,7 @@ void sample(DeviceContext& ctx, const float* logits, int64_t rows, int64_t vocab
   HS_CHECK(vocab >= 1 && vocab <= 0x7fffffff, "sample: bad vocabulary size ", vocab);
   DeviceGuard g(ctx.device());
   if (sp.temperature <= 0.f || sp.top_k == 1) {
-    argmax_kernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, ctx.stream()>>>(logits, vocab, out);
-    HS_CUDA_CHECK_LAUNCH();
+    launch(ctx, argmax_kernel, static_cast<unsigned>(rows), kSampleThreads, 0, logits, vocab, out);
     return;
   }
   HS_CHECK(static_cast<int64_t>(uniform.size()) >= rows, "sample: need one uniform number per row");
@@ -263,9 +265,8 @@ void sample(DeviceContext& ctx, const float* logits, int64_t rows, int64_t vocab
     int32_t* cand = lease.as<int32_t>();
     topk(ctx, logits, rows, vocab, nullptr, 1, static_cast<int>(m), cand);
     for (int64_t r = 0; r < rows; ++r) {
-      sample_finish_kernel<<<1, kSampleThreads, 0, ctx.stream()>>>(logits + r * vocab, cand + r * m, m, sp,
+      launch(ctx, sample_finish_kernel, 1, kSampleThreads, 0, logits + r * vocab, cand + r * m, m, sp,
                                                                    uniform[r], out + r);
-      HS_CUDA_CHECK_LAUNCH();
     }
     return;
   }
@@ -284,14 +285,12 @@ void sample(DeviceContext& ctx, const float* logits, int64_t rows, int64_t vocab
   int32_t* ids_out = lease.as<int32_t>(3 * arr);
   void* temp = lease.as<char>(4 * arr);
   for (int64_t r = 0; r < rows; ++r) {
-    sort_keys_kernel<<<grid_for(vocab, 256), 256, 0, ctx.stream()>>>(logits + r * vocab, vocab, keys, ids);
-    HS_CUDA_CHECK_LAUNCH();
+    launch(ctx, sort_keys_kernel, grid_for(vocab, 256), 256, 0, logits + r * vocab, vocab, keys, ids);
     size_t tb = temp_bytes;
     HS_CUDA_CHECK(cub::DeviceRadixSort::SortPairsDescending(temp, tb, keys, keys_out, ids, ids_out, nv, 0, 32,
                                                             ctx.stream()));
-    sample_finish_kernel<<<1, kSampleThreads, 0, ctx.stream()>>>(logits + r * vocab, ids_out, m, sp, uniform[r],
+    launch(ctx, sample_finish_kernel, 1, kSampleThreads, 0, logits + r * vocab, ids_out, m, sp, uniform[r],
                                                                  out + r);
-    HS_CUDA_CHECK_LAUNCH();
   }
 }
 

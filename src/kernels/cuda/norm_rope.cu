@@ -9,29 +9,120 @@ using namespace detail;
 
 namespace {
 
+// A thread's elements of a row held in registers: i = tid + k * blockDim for k < kRowRegs (a
+// whole row up to kRowRegs * blockDim, i.e. 8192 floats at 512 threads). A decode step's norms
+// are one row each, one block: the loads must be in flight together, not one per loop trip.
+constexpr int kRowRegs = 16;
+
+// 1 / RMS of row xr of d, one block per row: each thread's elements i = tid + k * blockDim
+// summed in order (loaded kRowRegs at a time into v, which keeps the last such chunk: the whole
+// thread's share when d <= kRowRegs * blockDim), then block_sum (its barriers: every thread's
+// reads are done when it returns). round_in: the input rounded to bf16 first (v holds the
+// rounded values; written back to xw when non-null).
+__device__ __forceinline__ float row_inv_rms(const float* xr, int64_t d, float eps, bool round_in, float* xw,
+                                             float* red, float (&v)[kRowRegs]) {
+  float ss = 0.f;
+  const int64_t step = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < d; i0 += kRowRegs * step) {
+    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) v[k] = i0 + k * step < d ? xr[i0 + k * step] : 0.f;
+    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+      const int64_t i = i0 + k * step;
+      if (i >= d) break;
+      if (round_in) {
+        v[k] = bf16_round(v[k]);
+        if (xw) xw[i] = v[k];
+      }
+      ss = fmaf(v[k], v[k], ss);
+    }
+  }
+  ss = block_sum(ss, red);
+  return 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
+}
+
+// Element i of the normed row (input value xi, weight wi: 1 without weights, and 1 * v == v),
+// rounded to bf16 when round_out.
+__device__ __forceinline__ float norm_val(float xi, float wi, float inv, bool round_in, bool round_out) {
+  const float o = wi * ((round_in ? bf16_round(xi) : xi) * inv);  // (rounding is idempotent)
+  return round_out ? bf16_round(o) : o;
+}
+__device__ __forceinline__ float norm_elem(const float* xr, const float* w, int64_t i, float inv, bool round_in,
+                                           bool round_out) {
+  return norm_val(xr[i], w ? w[i] : 1.0f, inv, round_in, round_out);
+}
+
+// Position of row t: pos[t] + p0, or p0 + t * stride when pos is null.
+__device__ __forceinline__ float rope_position(const int64_t* pos, int64_t p0, int64_t stride, int64_t t) {
+  return static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride);
+}
+
 // One block per row; the sum of squares is reduced in a fixed order. y may alias x.
 // xw (non-null: BF16 rounding of the input, = x) gets the rounded input written back; round_out
 // rounds y. Each thread reads and writes only its own elements, so the write-back is safe.
+// yq (non-null): after a barrier, y's FP8 round trip in 128-blocks (act_quant_fp8's, one warp per
+// block: the same bits as that op run on y) into yq, which may be y.
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y, float* xw,
-                               bool round_out) {
+                               bool round_out, float* yq) {
+  // PDL: before the wait only the norm's weights are read (weights are never written in a step).
+  const bool in_regs = d <= kRowRegs * static_cast<int64_t>(blockDim.x);  // the thread's share fits v
+  float wv[kRowRegs];
+  _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+    const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+    wv[k] = in_regs && w && i < d ? w[i] : 1.0f;
+  }
+  pdl_enter();
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
-  float ss = 0.f;
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    float v = xr[i];
-    if (xw) {
-      v = bf16_round(v);
-      xw[blockIdx.x * d + i] = v;
+  float v[kRowRegs];
+  const float inv = row_inv_rms(xr, d, eps, xw != nullptr, xw ? xw + blockIdx.x * d : nullptr, red, v);
+  if (in_regs) {
+    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+      const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
+      if (i < d) yr[i] = norm_val(v[k], wv[k], inv, xw != nullptr, round_out);
     }
-    ss = fmaf(v, v, ss);
+  } else {
+    for (int64_t i = threadIdx.x; i < d; i += blockDim.x) yr[i] = norm_elem(xr, w, i, inv, xw != nullptr, round_out);
   }
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
-  for (int64_t i = threadIdx.x; i < d; i += blockDim.x) {
-    const float v = (xw ? bf16_round(xr[i]) : xr[i]) * inv;  // (rounding is idempotent)
-    const float o = w ? w[i] * v : v;
-    yr[i] = round_out ? bf16_round(o) : o;
+  if (!yq) return;
+  __syncthreads();  // the row of y is written (and visible to the block)
+  for (int64_t b0 = (threadIdx.x >> 5) * 128; b0 < d; b0 += (blockDim.x >> 5) * 128)
+    fp8_block_warp(yq + blockIdx.x * d, yr, b0, min64(d, b0 + 128), false, false);
+}
+
+// The threads of one rmsnorm row of d (rmsnorm_kernel and rmsnorm_rope_kernel: the same split,
+// so the same sum of squares).
+int rmsnorm_threads(int64_t d) { return d >= 2048 ? 512 : d >= 512 ? 256 : 128; }
+
+// Rotation of the pair (a.x, a.y) by angle pos * inv_freq (rope_kernel's and rope_bf16_kernel's).
+__device__ __forceinline__ float2 rope_pair(float2 a, float pos, float inv_freq, float sign) {
+  float s, c;
+  sincosf(pos * inv_freq, &s, &c);
+  s *= sign;
+  return make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
+}
+
+// rmsnorm of each head row of x [rows = n * heads, head_dim] (weights w or none), then RoPE
+// (forward) of its trailing rope_dim channels, in place, with the rounding points of the
+// unfused sequence rmsnorm_bf16(norm_r) -> rope_bf16(rope_r): one block per row, the sum of
+// squares split as rmsnorm_kernel's (same threads per row, same order), then each thread one
+// pair at a time (the same products and rotation): the same bits.
+__global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int64_t head_dim, float eps,
+                                    int rope_dim, const int64_t* pos, int64_t p0, int64_t stride,
+                                    const float* inv_freq, bool norm_in, bool norm_out, bool rope_out) {
+  pdl_enter();
+  __shared__ float red[32];
+  float* xr = x + blockIdx.x * head_dim;
+  // (row_inv_rms's barrier: every read of the row is done before the writes below)
+  float v[kRowRegs];
+  const float inv = row_inv_rms(xr, head_dim, eps, norm_in, nullptr, red, v);
+  const int64_t t = blockIdx.x / heads, first = (head_dim - rope_dim) / 2;
+  const float p = rope_position(pos, p0, stride, t);
+  for (int64_t pr = threadIdx.x; pr < head_dim / 2; pr += blockDim.x) {
+    float2 a = make_float2(norm_elem(xr, w, 2 * pr, inv, norm_in, norm_out),
+                           norm_elem(xr, w, 2 * pr + 1, inv, norm_in, norm_out));
+    if (pr >= first) a = rope_pair(a, p, inv_freq[pr - first], 1.0f);
+    if (rope_out) a = make_float2(bf16_round(a.x), bf16_round(a.y));
+    reinterpret_cast<float2*>(xr)[pr] = a;
   }
 }
 
@@ -41,6 +132,7 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float 
 __global__ void rope_bf16_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
                                  const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, float sign,
                                  bool round_in, bool round_out) {
+  pdl_enter();
   const int64_t half = head_dim / 2, first = (head_dim - rope_dim) / 2;
   const int64_t total = n * heads * half;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -49,22 +141,16 @@ __global__ void rope_bf16_kernel(float* x, int64_t n, int64_t heads, int64_t hea
     float2* v = reinterpret_cast<float2*>(x + th * head_dim + 2 * pr);
     float2 a = *v;
     if (round_in) a = make_float2(bf16_round(a.x), bf16_round(a.y));
-    if (pr >= first) {
-      const float ang = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride) * inv_freq[pr - first];
-      float s, c;
-      sincosf(ang, &s, &c);
-      s *= sign;
-      a = make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
-    }
+    if (pr >= first) a = rope_pair(a, rope_position(pos, p0, stride, t), inv_freq[pr - first], sign);
     if (round_out) a = make_float2(bf16_round(a.x), bf16_round(a.y));
     *v = a;
   }
 }
 
-// One thread per (token, head, pair).
-// Position of row t: pos[t] + p0, or p0 + t * stride when pos is null.
+// One thread per (token, head, pair) of the trailing rope_dim channels (positions: rope_position).
 __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
                             int64_t p0, int64_t stride, const float* inv_freq, float sign) {
+  pdl_enter();
   const int half = rope_dim / 2;
   const int64_t total = n * heads * half;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
@@ -72,23 +158,20 @@ __global__ void rope_kernel(float* x, int64_t n, int64_t heads, int64_t head_dim
     const int p = static_cast<int>(i % half);
     const int64_t th = i / half;  // t * heads + h
     const int64_t t = th / heads;
-    const float ang = static_cast<float>(pos ? pos[t] + p0 : p0 + t * stride) * inv_freq[p];
-    float s, c;
-    sincosf(ang, &s, &c);
-    s *= sign;
     float2* v = reinterpret_cast<float2*>(x + th * head_dim + (head_dim - rope_dim) + 2 * p);
-    const float2 a = *v;
-    *v = make_float2(a.x * c - a.y * s, a.y * c + a.x * s);
+    *v = rope_pair(*v, rope_position(pos, p0, stride, t), inv_freq[p], sign);
   }
 }
 
 __global__ void add_kernel(float* y, const float* x, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] += x[i];
 }
 
 __global__ void scale_kernel(float* x, int64_t n, float s, bool round_in, bool round_out) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float v = (round_in ? bf16_round(x[i]) : x[i]) * s;
@@ -97,12 +180,14 @@ __global__ void scale_kernel(float* x, int64_t n, float s, bool round_in, bool r
 }
 
 __global__ void fill_kernel(float* x, int64_t n, float v) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] = v;
 }
 
 __global__ void swiglu_kernel(const float* g, const float* u, int64_t n, float limit, float* h) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float gg = fminf(g[i], limit);
@@ -117,20 +202,18 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
   if (rows <= 0) return;
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
-  const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, nullptr, false);
-  HS_CUDA_CHECK_LAUNCH();
+  const int threads = rmsnorm_threads(d);
+  launch(ctx, rmsnorm_kernel, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y, nullptr, false, nullptr);
 }
 
 void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
-                  Bf16Round r) {
+                  Bf16Round r, float* fp8_out) {
   if (rows <= 0) return;
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
-  const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
-  rmsnorm_kernel<<<static_cast<unsigned>(rows), threads, 0, ctx.stream()>>>(x, w, d, eps, y, r.in ? x : nullptr,
-                                                                           r.out);
-  HS_CUDA_CHECK_LAUNCH();
+  const int threads = rmsnorm_threads(d);
+  launch(ctx, rmsnorm_kernel, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y, r.in ? x : nullptr, r.out,
+         fp8_out);
 }
 
 void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
@@ -141,9 +224,21 @@ void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t h
   HS_CHECK(sign == 1 || sign == -1, "rope: sign must be +1 or -1");
   DeviceGuard g(ctx.device());
   const int64_t total = n * heads * (head_dim / 2);
-  rope_bf16_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, p0, stride,
+  launch(ctx, rope_bf16_kernel, grid_for(total, 256), 256, 0, x, n, heads, head_dim, rope_dim, pos, p0, stride,
                                                                     inv_freq, static_cast<float>(sign), r.in, r.out);
-  HS_CUDA_CHECK_LAUNCH();
+}
+
+void rmsnorm_rope(DeviceContext& ctx, float* x, const float* w, int64_t n, int64_t heads, int64_t head_dim, float eps,
+                  Bf16Round norm_r, int rope_dim, const int64_t* pos, int64_t p0, int64_t stride,
+                  const float* inv_freq, Bf16Round rope_r) {
+  if (n <= 0 || heads <= 0) return;
+  HS_CHECK(n * heads <= 0x7fffffff && head_dim > 0 && head_dim % 2 == 0, "rmsnorm_rope: bad shape ", n, "x", heads,
+           "x", head_dim);
+  HS_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "rope: bad rope_dim ", rope_dim,
+           " for head_dim ", head_dim);
+  DeviceGuard g(ctx.device());
+  launch(ctx, rmsnorm_rope_kernel, static_cast<unsigned>(n * heads), rmsnorm_threads(head_dim), 0, x, w, heads, head_dim, eps, rope_dim, pos, p0, stride, inv_freq, norm_r.in, norm_r.out || rope_r.in,
+      rope_r.out);
 }
 
 void rope(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
@@ -165,44 +260,38 @@ void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t
   HS_CHECK(sign == 1 || sign == -1, "rope: sign must be +1 or -1");
   DeviceGuard g(ctx.device());
   const int64_t total = n * heads * (rope_dim / 2);
-  rope_kernel<<<grid_for(total, 256), 256, 0, ctx.stream()>>>(x, n, heads, head_dim, rope_dim, pos, p0, stride,
+  launch(ctx, rope_kernel, grid_for(total, 256), 256, 0, x, n, heads, head_dim, rope_dim, pos, p0, stride,
                                                                inv_freq, static_cast<float>(sign));
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 void add(DeviceContext& ctx, float* y, const float* x, int64_t n) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  add_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(y, x, n);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, add_kernel, grid_for(n, 256), 256, 0, y, x, n);
 }
 
 void scale(DeviceContext& ctx, float* x, int64_t n, float s) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s, false, false);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, scale_kernel, grid_for(n, 256), 256, 0, x, n, s, false, false);
 }
 
 void scale_bf16(DeviceContext& ctx, float* x, int64_t n, float s, Bf16Round r) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  scale_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, s, r.in, r.out);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, scale_kernel, grid_for(n, 256), 256, 0, x, n, s, r.in, r.out);
 }
 
 void fill(DeviceContext& ctx, float* x, int64_t n, float v) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  fill_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(x, n, v);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, fill_kernel, grid_for(n, 256), 256, 0, x, n, v);
 }
 
 void swiglu_clamp(DeviceContext& ctx, const float* g, const float* u, int64_t n, float limit, float* h) {
   if (n <= 0) return;
   DeviceGuard guard(ctx.device());
-  swiglu_kernel<<<grid_for(n, 256), 256, 0, ctx.stream()>>>(g, u, n, limit, h);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, swiglu_kernel, grid_for(n, 256), 256, 0, g, u, n, limit, h);
 }
 
 }  // namespace hs::cuda

@@ -111,8 +111,10 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
 struct Bf16Round {
   bool in = false, out = false;
 };
+// fp8_out (non-null): also act_quant_fp8's round trip of y (1x128 blocks) into fp8_out, which may
+// be y, in the same launch (the same bits as act_quant_fp8(fp8_out, y) after it).
 void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
-                  Bf16Round r);
+                  Bf16Round r, float* fp8_out = nullptr);
 
 // Interleaved RoPE on the trailing rope_dim channels of each head, angle pos[t] * inv_freq[i]
 // (pos: int64 [n]; inv_freq: f32 [rope_dim/2]); sign -1 rotates backwards. In place.
@@ -128,6 +130,11 @@ void rope_affine(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t
 // rotated ones.
 void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
                const int64_t* pos, int64_t p0, int64_t stride, const float* inv_freq, int sign, Bf16Round r);
+// rmsnorm_bf16 of each head of x [n, heads, head_dim] (weights w [head_dim] or none; norm_r),
+// then rope_bf16 forward (rope_r), in place and in one launch: the same bits as the two ops.
+void rmsnorm_rope(DeviceContext& ctx, float* x, const float* w, int64_t n, int64_t heads, int64_t head_dim, float eps,
+                  Bf16Round norm_r, int rope_dim, const int64_t* pos, int64_t p0, int64_t stride,
+                  const float* inv_freq, Bf16Round rope_r);
 
 // ---------------------------------------------------------------------------------------
 // Hyper-connections (ds4-model-spec.md §4), X: [n, hc, D]. hc <= 8.

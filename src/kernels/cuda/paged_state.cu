@@ -18,6 +18,7 @@ constexpr float kNegInf = -kInf;
 
 // One warp per row; the row is staged in shared memory (the FP4 form rotates it in place).
 __global__ void kv_store_kernel(DevRows r, PageTables t, PagedRows kv, const float* x) {
+  pdl_enter();
   extern __shared__ float stage[];
   const int warps = blockDim.x >> 5, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * warps + warp;
@@ -45,6 +46,7 @@ struct CompressorArgs {
 
 // One block per row. z: the pooled entry [d] in shared memory.
 __global__ void compressor_kernel(CompressorArgs A) {
+  pdl_enter();
   extern __shared__ float z[];
   __shared__ float red[32];
   const CompressorPaged& c = A.c;
@@ -141,6 +143,7 @@ __global__ void compressor_kernel(CompressorArgs A) {
 // The latest `ring` rows of each sequence of a multi-row step into its ring.
 __global__ void ring_store_kernel(DevRows r, float* ring_kv, float* ring_gate, int32_t ring, int64_t width,
                                   const float* a, const float* g) {
+  pdl_enter();
   const int64_t row = blockIdx.x;
   const int32_t slot = r.slot[row];
   if (slot < 0) return;
@@ -157,6 +160,7 @@ __global__ void ring_store_kernel(DevRows r, float* ring_kv, float* ring_gate, i
 
 __global__ void attention_rows_paged_kernel(DevRows r, PageTables t, int window, int ratio, int32_t epp,
                                             const int32_t* sel, int k, int32_t* rows, int32_t* n_rows, int64_t ld) {
+  pdl_enter();
   const int64_t row = blockIdx.x;
   const int32_t slot = r.slot[row];
   if (slot < 0) {
@@ -212,9 +216,7 @@ void kv_store_paged(DeviceContext& ctx, const DevRows& rows, const PageTables& t
   constexpr int kWarps = 4;
   const size_t smem = static_cast<size_t>(kWarps) * kv.fmt.d * sizeof(float);
   ctx.ensure_dynamic_smem(reinterpret_cast<const void*>(kv_store_kernel), smem);
-  kv_store_kernel<<<static_cast<unsigned>((rows.n + kWarps - 1) / kWarps), 32 * kWarps, smem, ctx.stream()>>>(
-      rows, t, kv, x);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, kv_store_kernel, static_cast<unsigned>((rows.n + kWarps - 1) / kWarps), 32 * kWarps, smem, rows, t, kv, x);
 }
 
 void compressor_paged(DeviceContext& ctx, const DevRows& rows, const PageTables& t, const CompressorPaged& c,
@@ -231,13 +233,9 @@ void compressor_paged(DeviceContext& ctx, const DevRows& rows, const PageTables&
   const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
   const size_t smem = static_cast<size_t>(d) * sizeof(float);
   ctx.ensure_dynamic_smem(reinterpret_cast<const void*>(compressor_kernel), smem);
-  compressor_kernel<<<static_cast<unsigned>(rows.n), threads, smem, ctx.stream()>>>(
-      CompressorArgs{rows, t, c, a, g, decode});
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, compressor_kernel, static_cast<unsigned>(rows.n), threads, smem, CompressorArgs{rows, t, c, a, g, decode});
   if (!decode) {
-    ring_store_kernel<<<static_cast<unsigned>(rows.n), 128, 0, ctx.stream()>>>(
-        rows, c.ring_kv, c.ring_gate, c.ring, static_cast<int64_t>(c.coff) * d, a, g);
-    HS_CUDA_CHECK_LAUNCH();
+    launch(ctx, ring_store_kernel, static_cast<unsigned>(rows.n), 128, 0, rows, c.ring_kv, c.ring_gate, c.ring, static_cast<int64_t>(c.coff) * d, a, g);
   }
 }
 
@@ -248,10 +246,9 @@ void attention_rows_paged(DeviceContext& ctx, const DevRows& r, const PageTables
   HS_CHECK(ld >= window + (ratio > 0 ? (sel ? k : 1) : 0), "attention_rows_paged: ld ", ld, " is too small");
   HS_CHECK(r.n <= 0x7fffffff, "attention_rows_paged: too many rows");
   DeviceGuard g(ctx.device());
-  attention_rows_paged_kernel<<<static_cast<unsigned>(r.n), 128, 0, ctx.stream()>>>(r, t, window, ratio,
+  launch(ctx, attention_rows_paged_kernel, static_cast<unsigned>(r.n), 128, 0, r, t, window, ratio,
                                                                                      entries_per_page, sel, k, rows,
                                                                                      n_rows, ld);
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace hs::cuda

@@ -58,7 +58,6 @@ static __device__ const CTable<uint64_t, 1024> c_iq2s_grid = make_ctable<uint64_
 static __device__ const CTable<uint32_t, 256> c_iq3xxs_grid = make_ctable<uint32_t, 256>(qtab::kIq3xxsGrid);
 static __device__ const CTable<uint32_t, 512> c_iq3s_grid = make_ctable<uint32_t, 512>(qtab::kIq3sGrid);
 static __device__ const CTable<uint64_t, 2048> c_iq1s_grid = make_ctable<uint64_t, 2048>(qtab::kIq1sGrid);
-static __device__ const CTable<uint8_t, 128> c_ksigns = make_ctable<uint8_t, 128>(qtab::kKsignsIq2xs);
 static __device__ const CTable<float, 16> c_book_iq4nl = make_ftable<16>(qtab::kValuesIq4nl);
 static __device__ const CTable<float, 16> c_book_mxfp4 = make_ftable<16>(qtab::kValuesMxfp4);
 static __device__ const CTable<float, 16> c_book_rocm_fp4 = make_ftable<16>(qtab::kRocmFp4Codebook);
@@ -77,43 +76,42 @@ enum class QBook : uint8_t { None, Iq4nl, Mxfp4, RocmFp4, RocmFp3, RocmFp2 };
 template <GgmlType T>
 struct QTraits;
 
-#define HS_QTRAITS(TYPE, BLK, BYTES, GRID, SIGNS, BOOK, UE)                  \
+#define HS_QTRAITS(TYPE, BLK, BYTES, GRID, BOOK, UE)                         \
   template <>                                                                \
   struct QTraits<GgmlType::TYPE> {                                           \
     static constexpr int kBlk = BLK;      /* elements per block */           \
     static constexpr int kBytes = BYTES;  /* bytes per block */              \
     static constexpr QGrid kGrid = QGrid::GRID;                              \
-    static constexpr bool kSigns = SIGNS; /* ksigns_iq2xs */                 \
     static constexpr QBook kBook = QBook::BOOK;                              \
     static constexpr bool kUe = UE;       /* UE4M3 half-scale table */       \
   };
-HS_QTRAITS(Q4_0, 32, 18, None, false, None, false)
-HS_QTRAITS(Q4_1, 32, 20, None, false, None, false)
-HS_QTRAITS(Q5_0, 32, 22, None, false, None, false)
-HS_QTRAITS(Q5_1, 32, 24, None, false, None, false)
-HS_QTRAITS(Q8_0, 32, 34, None, false, None, false)
-HS_QTRAITS(IQ4_NL, 32, 18, None, false, Iq4nl, false)
-HS_QTRAITS(MXFP4, 32, 17, None, false, Mxfp4, false)
-HS_QTRAITS(Q2_K, 256, 84, None, false, None, false)
-HS_QTRAITS(Q3_K, 256, 110, None, false, None, false)
-HS_QTRAITS(Q4_K, 256, 144, None, false, None, false)
-HS_QTRAITS(Q5_K, 256, 176, None, false, None, false)
-HS_QTRAITS(Q6_K, 256, 210, None, false, None, false)
-HS_QTRAITS(Q8_K, 256, 292, None, false, None, false)
-HS_QTRAITS(IQ2_XXS, 256, 66, Iq2xxs, true, None, false)
-HS_QTRAITS(IQ2_XS, 256, 74, Iq2xs, true, None, false)
-HS_QTRAITS(IQ2_S, 256, 82, Iq2s, false, None, false)
-HS_QTRAITS(IQ3_XXS, 256, 98, Iq3xxs, true, None, false)
-HS_QTRAITS(IQ3_S, 256, 110, Iq3s, false, None, false)
-HS_QTRAITS(IQ1_S, 256, 50, Iq1s, false, None, false)
-HS_QTRAITS(IQ1_M, 256, 56, Iq1s, false, None, false)
-HS_QTRAITS(IQ4_XS, 256, 136, None, false, Iq4nl, false)
-HS_QTRAITS(Q4_0_ROCMFP4, 32, 18, None, false, RocmFp4, true)
-HS_QTRAITS(Q4_0_ROCMFP4_FAST, 32, 17, None, false, RocmFp4, true)
-HS_QTRAITS(Q6_0_ROCMFPX, 32, 26, None, false, None, true)
-HS_QTRAITS(Q8_0_ROCMFPX, 32, 33, None, false, None, true)
-HS_QTRAITS(Q3_0_ROCMFPX, 32, 14, None, false, RocmFp3, true)
-HS_QTRAITS(Q2_0_ROCMFP2, 32, 10, None, false, RocmFp2, true)
+HS_QTRAITS(Q4_0, 32, 18, None, None, false)
+HS_QTRAITS(Q4_1, 32, 20, None, None, false)
+HS_QTRAITS(Q5_0, 32, 22, None, None, false)
+HS_QTRAITS(Q5_1, 32, 24, None, None, false)
+HS_QTRAITS(Q8_0, 32, 34, None, None, false)
+HS_QTRAITS(IQ4_NL, 32, 18, None, Iq4nl, false)
+HS_QTRAITS(MXFP4, 32, 17, None, Mxfp4, false)
+HS_QTRAITS(Q2_K, 256, 84, None, None, false)
+HS_QTRAITS(Q3_K, 256, 110, None, None, false)
+HS_QTRAITS(Q4_K, 256, 144, None, None, false)
+HS_QTRAITS(Q5_K, 256, 176, None, None, false)
+HS_QTRAITS(Q6_K, 256, 210, None, None, false)
+HS_QTRAITS(Q8_K, 256, 292, None, None, false)
+HS_QTRAITS(IQ2_XXS, 256, 66, Iq2xxs, None, false)
+HS_QTRAITS(IQ2_XS, 256, 74, Iq2xs, None, false)
+HS_QTRAITS(IQ2_S, 256, 82, Iq2s, None, false)
+HS_QTRAITS(IQ3_XXS, 256, 98, Iq3xxs, None, false)
+HS_QTRAITS(IQ3_S, 256, 110, Iq3s, None, false)
+HS_QTRAITS(IQ1_S, 256, 50, Iq1s, None, false)
+HS_QTRAITS(IQ1_M, 256, 56, Iq1s, None, false)
+HS_QTRAITS(IQ4_XS, 256, 136, None, Iq4nl, false)
+HS_QTRAITS(Q4_0_ROCMFP4, 32, 18, None, RocmFp4, true)
+HS_QTRAITS(Q4_0_ROCMFP4_FAST, 32, 17, None, RocmFp4, true)
+HS_QTRAITS(Q6_0_ROCMFPX, 32, 26, None, None, true)
+HS_QTRAITS(Q8_0_ROCMFPX, 32, 33, None, None, true)
+HS_QTRAITS(Q3_0_ROCMFPX, 32, 14, None, RocmFp3, true)
+HS_QTRAITS(Q2_0_ROCMFP2, 32, 10, None, RocmFp2, true)
 #undef HS_QTRAITS
 
 // Every type with a device decoder, for switch-based dispatch: X(TYPE) per type.
@@ -141,8 +139,7 @@ struct QTableLayout {
   static constexpr int kUe = 0;
   static constexpr int kGrid = kUe + (Tr::kUe ? 512 : 0);
   static constexpr int kBook = kGrid + grid_bytes(Tr::kGrid);
-  static constexpr int kSigns = kBook + (Tr::kBook != QBook::None ? 64 : 0);
-  static constexpr int kBytes = (kSigns + (Tr::kSigns ? 128 : 0) + 15) / 16 * 16;
+  static constexpr int kBytes = (kBook + (Tr::kBook != QBook::None ? 64 : 0) + 15) / 16 * 16;
 };
 
 // Pointers into the staged tables (shared memory).
@@ -151,7 +148,6 @@ struct QTabs {
   const uint64_t* g8 = nullptr;  // 8-wide grids
   const uint32_t* g4 = nullptr;  // 4-wide grids (IQ3)
   const float* book = nullptr;
-  const uint8_t* signs = nullptr;
 };
 
 // Block-wide copy of `bytes` (a multiple of 16) of a device table to shared memory.
@@ -202,10 +198,6 @@ __device__ __forceinline__ QTabs stage_tables(uint8_t* smem) {
   if constexpr (Tr::kBook != QBook::None) {
     copy_table(smem + L::kBook, book_table(Tr::kBook), 64);
     t.book = reinterpret_cast<const float*>(smem + L::kBook);
-  }
-  if constexpr (Tr::kSigns) {
-    copy_table(smem + L::kSigns, c_ksigns.v, 128);
-    t.signs = smem + L::kSigns;
   }
   return t;
 }
@@ -501,6 +493,19 @@ struct QDecode<GgmlType::Q8_K> {
 // ---- i-quants with grids
 
 // 8 outputs db * grid entry * signs (bit j of `signs` negates element j).
+// The ksigns_iq2xs byte of a 7-bit sign index (IQ2_XXS, IQ2_XS, IQ3_XXS): its 8th sign is the
+// parity of the 7, computed (~4 instructions) instead of looked up at a random index of a shared
+// table (bank conflicts).
+__device__ __forceinline__ uint32_t iq2_sign_byte(uint32_t s7) { return s7 | ((__popc(s7) << 7) & 128u); }
+constexpr bool iq2_signs_are_parity() {
+  for (uint32_t i = 0; i < 128; ++i) {
+    uint32_t p = 0;
+    for (uint32_t b = i; b; b >>= 1) p ^= b & 1u;
+    if ((i | p << 7) != qtab::kKsignsIq2xs[i]) return false;
+  }
+  return true;
+}
+static_assert(iq2_signs_are_parity(), "IQ2 signs: the 8th bit is the parity of the 7");
 __device__ __forceinline__ void put8(float* y, float db, uint64_t e, uint32_t signs) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) y[j] = signed_by(db * grid8_f(e, j), signs, j);
@@ -526,7 +531,7 @@ struct QDecode<GgmlType::IQ2_XXS> {
     const float db = d * (0.5f + uint_f(q[1] >> 28)) * 0.25f;
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      put8(y + 8 * i, db, t.g8[(q[0] >> (8 * i)) & 255], t.signs[(q[1] >> (7 * i)) & 127]);
+      put8(y + 8 * i, db, t.g8[(q[0] >> (8 * i)) & 255], iq2_sign_byte((q[1] >> (7 * i)) & 127));
   }
 };
 
@@ -540,7 +545,7 @@ struct QDecode<GgmlType::IQ2_XS> {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t v = (q[i >> 1] >> (16 * (i & 1))) & 0xffffu;
-      put8(y + 8 * i, iq2_group_scale(d, sc, i), t.g8[v & 511], t.signs[v >> 9]);
+      put8(y + 8 * i, iq2_group_scale(d, sc, i), t.g8[v & 511], iq2_sign_byte(v >> 9));
     }
   }
 };
@@ -570,7 +575,7 @@ struct QDecode<GgmlType::IQ3_XXS> {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t qq = q[i >> 1] >> (16 * (i & 1));
-      put4x2(y + 8 * i, db, t.g4[qq & 255], t.g4[(qq >> 8) & 255], t.signs[(w >> (7 * i)) & 127]);
+      put4x2(y + 8 * i, db, t.g4[qq & 255], t.g4[(qq >> 8) & 255], iq2_sign_byte((w >> (7 * i)) & 127));
     }
   }
 };

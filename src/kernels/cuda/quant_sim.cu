@@ -20,6 +20,7 @@ constexpr int kWarpsPerBlock = kThreads / 32;
 unsigned warp_grid(int64_t warps) { return grid_for(warps, kWarpsPerBlock); }
 
 __global__ void round_bf16_kernel(float* x, int64_t n) {
+  pdl_enter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     x[i] = bf16_round(x[i]);
@@ -32,6 +33,7 @@ __global__ void round_bf16_kernel(float* x, int64_t n) {
 // src: where the rows are read (x itself in place; act_quant_fp8 out of place).
 __global__ void fp8_blocks_kernel(float* x, const float* src, int64_t rows, int64_t stride, int64_t channels,
                                   int block, int64_t nblk, int64_t segs, bool bf16_after, bool bf16_before) {
+  pdl_enter();
   const int lane = threadIdx.x & 31;
   const int64_t total = rows * segs;
   const int64_t step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -40,24 +42,8 @@ __global__ void fp8_blocks_kernel(float* x, const float* src, int64_t rows, int6
     float* v = x + r * stride;
     const float* in = src + r * stride;
     if (sg < nblk) {
-      const int64_t b0 = sg * block, b1 = min64(channels, b0 + block);
-      float val[4];
-      float amax = kFp8AmaxFloor;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = b0 + lane + 32 * k;
-        val[k] = i < b1 ? (bf16_before ? bf16_round(in[i]) : in[i]) : 0.0f;
-        if (i < b1) amax = amax_step(amax, val[k]);
-      }
-      const float s = block_scale(warp_amax(amax), 448.0f);
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int64_t i = b0 + lane + 32 * k;
-        if (i < b1) {
-          const float q = fp8_sim(val[k], s);
-          v[i] = bf16_after ? bf16_round(q) : q;
-        }
-      }
+      const int64_t b0 = sg * block;
+      fp8_block_warp(v, in, b0, min64(channels, b0 + block), bf16_before, bf16_after);
     } else {
       const int64_t c0 = channels + (sg - nblk) * 128;
 #pragma unroll
@@ -77,9 +63,8 @@ void fp8_blocks(DeviceContext& ctx, float* x, const float* src, int64_t rows, in
   const int64_t segs = nblk + tail;
   if (rows <= 0 || segs <= 0) return;
   DeviceGuard g(ctx.device());
-  fp8_blocks_kernel<<<warp_grid(rows * segs), kThreads, 0, ctx.stream()>>>(x, src, rows, stride, channels, block,
+  launch(ctx, fp8_blocks_kernel, warp_grid(rows * segs), kThreads, 0, x, src, rows, stride, channels, block,
                                                                            nblk, segs, bf16_after, bf16_before);
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 // Indexer FP4 simulation, one warp per row of d = 32 * E: lane l holds elements l + 32k. The
@@ -87,6 +72,7 @@ void fp8_blocks(DeviceContext& ctx, float* x, const float* src, int64_t rows, in
 // and k ^ (h / 32); the FP4 32-blocks are the registers k of all lanes.
 template <int E>
 __global__ void indexer_fp4_warp_kernel(float* x, int64_t rows, float scale) {
+  pdl_enter();
   constexpr int d = 32 * E;
   const int lane = threadIdx.x & 31;
   const int64_t step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -124,6 +110,7 @@ __global__ void indexer_fp4_warp_kernel(float* x, int64_t rows, float scale) {
 
 // Any power-of-two d (below 32 or above 1024): one thread per row, the CPU's loops in place.
 __global__ void indexer_fp4_row_kernel(float* x, int64_t rows, int64_t d, float scale) {
+  pdl_enter();
   for (int64_t r = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; r < rows;
        r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float* v = x + r * d;
@@ -150,8 +137,7 @@ __global__ void indexer_fp4_row_kernel(float* x, int64_t rows, int64_t d, float 
 void round_bf16(DeviceContext& ctx, float* x, int64_t n) {
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
-  round_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, ctx.stream()>>>(x, n);
-  HS_CUDA_CHECK_LAUNCH();
+  launch(ctx, round_bf16_kernel, grid_for(n, kThreads), kThreads, 0, x, n);
 }
 
 void act_quant_fp8(DeviceContext& ctx, float* x, int64_t rows, int64_t cols) {
@@ -178,13 +164,13 @@ void indexer_fp4_sim(DeviceContext& ctx, float* x, int64_t rows, int64_t d) {
   DeviceGuard g(ctx.device());
   const unsigned grid = warp_grid(rows);
   switch (d) {
-    case 32: indexer_fp4_warp_kernel<1><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, scale); break;
-    case 64: indexer_fp4_warp_kernel<2><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, scale); break;
-    case 128: indexer_fp4_warp_kernel<4><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, scale); break;
-    case 256: indexer_fp4_warp_kernel<8><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, scale); break;
-    case 512: indexer_fp4_warp_kernel<16><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, scale); break;
-    case 1024: indexer_fp4_warp_kernel<32><<<grid, kThreads, 0, ctx.stream()>>>(x, rows, scale); break;
-    default: indexer_fp4_row_kernel<<<grid_for(rows, 64), 64, 0, ctx.stream()>>>(x, rows, d, scale); break;
+    case 32: launch(ctx, indexer_fp4_warp_kernel<1>, grid, kThreads, 0, x, rows, scale); break;
+    case 64: launch(ctx, indexer_fp4_warp_kernel<2>, grid, kThreads, 0, x, rows, scale); break;
+    case 128: launch(ctx, indexer_fp4_warp_kernel<4>, grid, kThreads, 0, x, rows, scale); break;
+    case 256: launch(ctx, indexer_fp4_warp_kernel<8>, grid, kThreads, 0, x, rows, scale); break;
+    case 512: launch(ctx, indexer_fp4_warp_kernel<16>, grid, kThreads, 0, x, rows, scale); break;
+    case 1024: launch(ctx, indexer_fp4_warp_kernel<32>, grid, kThreads, 0, x, rows, scale); break;
+    default: launch(ctx, indexer_fp4_row_kernel, grid_for(rows, 64), 64, 0, x, rows, d, scale); break;
   }
   HS_CUDA_CHECK_LAUNCH();
 }

@@ -37,6 +37,7 @@ __host__ __device__ __forceinline__ int64_t pick_row(uint64_t key, int64_t row, 
 template <typename V>
 __global__ void gather_rows_kernel(V* __restrict__ dst, const V* __restrict__ pool, int64_t row_v, int64_t rows,
                                    int64_t pool_rows, uint64_t key) {
+  pdl_enter();
   const int lane = threadIdx.x & 31;
   const int64_t step = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
   for (int64_t r = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) >> 5; r < rows; r += step) {
@@ -50,10 +51,8 @@ __global__ void gather_rows_kernel(V* __restrict__ dst, const V* __restrict__ po
 template <typename V>
 void gather_launch(DeviceContext& ctx, void* dst, const void* pool, int64_t row_bytes, int64_t rows, int64_t pool_rows,
                    uint64_t key) {
-  gather_rows_kernel<V><<<grid_for(rows, kWarpsPerBlock), kThreads, 0, ctx.stream()>>>(
-      static_cast<V*>(dst), static_cast<const V*>(pool), row_bytes / static_cast<int64_t>(sizeof(V)), rows, pool_rows,
+  launch(ctx, gather_rows_kernel<V>, grid_for(rows, kWarpsPerBlock), kThreads, 0, static_cast<V*>(dst), static_cast<const V*>(pool), row_bytes / static_cast<int64_t>(sizeof(V)), rows, pool_rows,
       key);
-  HS_CUDA_CHECK_LAUNCH();
 }
 
 // The widest copy unit that divides the row and both base addresses.

@@ -67,6 +67,7 @@ namespace {
 
 // GGUF Q8_0 block (f16 d, 32 x int8) -> qs plane + d plane. One thread per block.
 __global__ void repack_q8_0_kernel(const uint8_t* src, int64_t n_blocks, int8_t* qs, uint16_t* d) {
+  pdl_enter();
   for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < n_blocks;
        b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint16_t* blk = reinterpret_cast<const uint16_t*>(src + b * 34);  // 2-byte aligned
@@ -79,6 +80,7 @@ __global__ void repack_q8_0_kernel(const uint8_t* src, int64_t n_blocks, int8_t*
 
 // GGUF MXFP4 block (e8m0 e, 16 bytes of split-half nibbles) -> qs plane + e plane.
 __global__ void repack_mxfp4_kernel(const uint8_t* src, int64_t n_blocks, uint8_t* qs, uint8_t* e) {
+  pdl_enter();
   for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < n_blocks;
        b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const uint8_t* blk = src + b * 17;
@@ -139,12 +141,11 @@ DeviceWeight upload_gguf_weight(DeviceContext& ctx, GgmlType type, const void* h
   dw.scales = ctx.alloc(static_cast<size_t>(dw.view.scale_bytes()));
   const unsigned grid = grid_for(n_blocks, 256);
   if (type == GgmlType::Q8_0)
-    repack_q8_0_kernel<<<grid, 256, 0, ctx.stream()>>>(raw.as<uint8_t>(), n_blocks, dw.data.as<int8_t>(),
+    launch(ctx, repack_q8_0_kernel, grid, 256, 0, raw.as<uint8_t>(), n_blocks, dw.data.as<int8_t>(),
                                                         dw.scales.as<uint16_t>());
   else
-    repack_mxfp4_kernel<<<grid, 256, 0, ctx.stream()>>>(raw.as<uint8_t>(), n_blocks, dw.data.as<uint8_t>(),
+    launch(ctx, repack_mxfp4_kernel, grid, 256, 0, raw.as<uint8_t>(), n_blocks, dw.data.as<uint8_t>(),
                                                          dw.scales.as<uint8_t>());
-  HS_CUDA_CHECK_LAUNCH();
   ctx.synchronize();  // raw is freed on return
   dw.view.data = dw.data.data();
   dw.view.scales = dw.scales.data();
