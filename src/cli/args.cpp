@@ -71,6 +71,13 @@ double ParsedArgs::get_double(const std::string& name, double dflt) const {
   return v ? parse_double("--" + name, *v) : dflt;
 }
 
+bool ParsedArgs::get_on_off(const std::string& name, bool dflt) const {
+  auto v = get(name);
+  if (!v) return dflt;
+  HS_CHECK(*v == "on" || *v == "off", "--", name, ": expected on or off, got '", *v, "'");
+  return *v == "on";
+}
+
 std::vector<std::string> split_commas(const std::string& s) {
   std::vector<std::string> out;
   std::string item;

@@ -32,6 +32,8 @@ class ParsedArgs {
   // Parses an integer option, with an error naming the option on junk.
   long long get_int(const std::string& name, long long dflt) const;
   double get_double(const std::string& name, double dflt) const;
+  // An on|off switch, with an error naming the option on anything else.
+  bool get_on_off(const std::string& name, bool dflt) const;
   const std::vector<std::string>& positionals() const { return positionals_; }
 
  private:

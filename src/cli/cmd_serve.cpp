@@ -83,9 +83,7 @@ SchedulerOptions scheduler_options_from(const ParsedArgs& a, const Engine& engin
   HS_CHECK(s.ctx_size >= 2, "--ctx-size must be at least 2, got ", s.ctx_size);
   s.max_seqs = static_cast<int>(a.get_int("max-seqs", default_max_seqs));
   s.prefill_chunk = static_cast<int>(a.get_int("prefill-chunk", 256));
-  const std::string ds = a.get_or("device-sampling", "on");
-  HS_CHECK(ds == "on" || ds == "off", "--device-sampling: expected on or off, got '", ds, "'");
-  s.device_sampling = ds == "on";
+  s.device_sampling = a.get_on_off("device-sampling", true);
   EngineOptions eo;
   s.draft_max = engine.drafter() || engine.dspark() ? draft_options(a, eo) : 0;
   s.draft_confidence = draft_confidence(a);
@@ -200,11 +198,10 @@ int cmd_serve(const Args& args) {
   http.limits = http_limits_from(a);
   const double grace_s = a.get_double("shutdown-timeout", 30);
   HS_CHECK(grace_s >= 0, "--shutdown-timeout must be at least 0");
-  const std::string pc = a.get_or("prefix-cache", "on");
-  HS_CHECK(pc == "on" || pc == "off", "--prefix-cache: expected on or off, got '", pc, "'");
-  HS_CHECK(!model_spec.pipeline || !a.has("prefix-cache") || pc == "off",
+  const bool pc = a.get_on_off("prefix-cache", true);
+  HS_CHECK(!model_spec.pipeline || !a.has("prefix-cache") || !pc,
            "--prefix-cache on: the prefix cache does not span the ranks of a pipeline of processes (--rank)");
-  const bool prefix_cache = pc == "on" && !model_spec.pipeline;
+  const bool prefix_cache = pc && !model_spec.pipeline;
   HS_CHECK(prefix_cache || !a.has("prefix-cache-dir"), "--prefix-cache-dir needs --prefix-cache on");
   PrefixCacheOptions cache_opts;
   const double ram_gib = a.get_double("prefix-cache-ram", 8.0), disk_gib = a.get_double("prefix-cache-disk", 64.0);

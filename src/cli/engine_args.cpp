@@ -51,12 +51,8 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   HS_CHECK(o.pipeline_micro_batches >= 1 || !a.has("micro-batches"), "--micro-batches must be at least 1, got ",
            o.pipeline_micro_batches);
   o.peer_access = a.get_or("peer-access", "auto");  // (checked by the engine, before any load)
-  const std::string graphs = a.get_or("cuda-graphs", "on");
-  HS_CHECK(graphs == "on" || graphs == "off", "--cuda-graphs: expected on or off, got '", graphs, "'");
-  o.cuda_graphs = graphs == "on";
-  const std::string pdl = a.get_or("pdl", "on");
-  HS_CHECK(pdl == "on" || pdl == "off", "--pdl: expected on or off, got '", pdl, "'");
-  o.pdl = pdl == "on";
+  o.cuda_graphs = a.get_on_off("cuda-graphs", o.cuda_graphs);
+  o.pdl = a.get_on_off("pdl", o.pdl);
   if (a.has("moe-ksplit")) {
     const std::vector<int> ks = parse_int_list("--moe-ksplit", *a.get("moe-ksplit"));
     HS_CHECK(ks.size() == 2, "--moe-ksplit: expected two K-splits GU,DOWN, got ", ks.size(), " values");
