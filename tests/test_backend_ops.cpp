@@ -240,7 +240,9 @@ TEST_F(BackendOps, RmsNorm) {
                         {5, 512, true, "kv_norm"},    {64, 512, false, "q head norm 64x512"},
                         {3 * 64, 512, false, "q head norm"}, {9, 100, true, "odd"},
                         // Pro's width (14 of a thread's 16 register slots), past the register cache
-                        {2, 7168, true, "Pro attn_norm"},   {2, 10000, true, "wide"}, {2, 10000, false, "wide"}};
+                        {2, 7168, true, "Pro attn_norm"},   {2, 10000, true, "wide"}, {2, 10000, false, "wide"},
+                        // enough rows for one slot per thread (prefill)
+                        {300, 4096, true, "prefill attn_norm"}};
   for (const Case& c : cases) {
     const std::vector<float> x = randv(static_cast<size_t>(c.rows * c.d), 200 + c.d + c.rows, 3.0f);
     const std::vector<float> w = randv(static_cast<size_t>(c.d), 300 + c.d);
@@ -257,6 +259,20 @@ TEST_F(BackendOps, RmsNorm) {
       check("rmsnorm-unw", "f32", dims({c.rows, c.d}) + " " + c.what, dx.get(), ref, 1e-5);
     }
   }
+  // A row's bits do not depend on how many rows run with it (the register slots differ: 8 for one
+  // row of 4096, 1 for 300 rows; the sum order does not).
+  const int64_t rows = 300, d = 4096;
+  const std::vector<float> x = randv(static_cast<size_t>(rows * d), 260, 3.0f), w = randv(static_cast<size_t>(d), 261);
+  Dev<float> dx(ctx(), x), dw(ctx(), w), all(ctx(), x.size()), one(ctx(), x.size());
+  all.poison(), one.poison();
+  hc::rmsnorm(ctx(), dx.p(), dw.p(), rows, d, 1e-6f, all.p());
+  for (int64_t r : {int64_t{0}, int64_t{123}, rows - 1})
+    hc::rmsnorm(ctx(), dx.p() + r * d, dw.p(), 1, d, 1e-6f, one.p() + r * d);
+  const std::vector<float> a = all.get(), o = one.get();
+  int64_t differ = 0;
+  for (int64_t r : {int64_t{0}, int64_t{123}, rows - 1})
+    for (int64_t i = 0; i < d; ++i) differ += f32_to_bits(a[r * d + i]) != f32_to_bits(o[r * d + i]);
+  check_exact("rmsnorm-batch", "f32", "1 row vs 300 rows of 4096", differ);
 }
 
 TEST_F(BackendOps, Rope) {

@@ -1,4 +1,6 @@
 // RMSNorm, interleaved RoPE and the small elementwise ops (add, scale, fill, clamped SwiGLU).
+#include <type_traits>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/quant_sim.cuh"
@@ -9,23 +11,25 @@ using namespace detail;
 
 namespace {
 
-// A thread's elements of a row held in registers: i = tid + k * blockDim for k < kRowRegs (a
-// whole row up to kRowRegs * blockDim, i.e. 8192 floats at 512 threads). A decode step's norms
-// are one row each, one block: the loads must be in flight together, not one per loop trip.
-constexpr int kRowRegs = 16;
+// A thread's elements of a row held in registers: i = tid + k * blockDim for k < N, N slots
+// picked at launch from d / threads (row_slots: up to 16, a whole row of 8192 floats at 512
+// threads). A decode step's norms are one row in one block: the loads must be in flight together,
+// not one per loop trip; prefill's many rows want no more slots than the row needs (occupancy).
+constexpr int kMaxRowSlots = 16;
 
 // 1 / RMS of row xr of d, one block per row: each thread's elements i = tid + k * blockDim
-// summed in order (loaded kRowRegs at a time into v, which keeps the last such chunk: the whole
-// thread's share when d <= kRowRegs * blockDim), then block_sum (its barriers: every thread's
+// summed in order (loaded N at a time into v, which keeps the last such chunk: the whole
+// thread's share when d <= N * blockDim; any N gives the same order), then block_sum (its barriers: every thread's
 // reads are done when it returns). round_in: the input rounded to bf16 first (v holds the
 // rounded values; written back to xw when non-null).
+template <int N>
 __device__ __forceinline__ float row_inv_rms(const float* xr, int64_t d, float eps, bool round_in, float* xw,
-                                             float* red, float (&v)[kRowRegs]) {
+                                             float* red, float (&v)[N]) {
   float ss = 0.f;
   const int64_t step = blockDim.x;
-  for (int64_t i0 = threadIdx.x; i0 < d; i0 += kRowRegs * step) {
-    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) v[k] = i0 + k * step < d ? xr[i0 + k * step] : 0.f;
-    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+  for (int64_t i0 = threadIdx.x; i0 < d; i0 += N * step) {
+    _Pragma("unroll") for (int k = 0; k < N; ++k) v[k] = i0 + k * step < d ? xr[i0 + k * step] : 0.f;
+    _Pragma("unroll") for (int k = 0; k < N; ++k) {
       const int64_t i = i0 + k * step;
       if (i >= d) break;
       if (round_in) {
@@ -60,12 +64,13 @@ __device__ __forceinline__ float rope_position(const int64_t* pos, int64_t p0, i
 // rounds y. Each thread reads and writes only its own elements, so the write-back is safe.
 // yq (non-null): after a barrier, y's FP8 round trip in 128-blocks (act_quant_fp8's, one warp per
 // block: the same bits as that op run on y) into yq, which may be y.
+template <int N>
 __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float eps, float* y, float* xw,
                                bool round_out, float* yq) {
   // PDL: before the wait only the norm's weights are read (weights are never written in a step).
-  const bool in_regs = d <= kRowRegs * static_cast<int64_t>(blockDim.x);  // the thread's share fits v
-  float wv[kRowRegs];
-  _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+  const bool in_regs = d <= N * static_cast<int64_t>(blockDim.x);  // the thread's share fits v
+  float wv[N];
+  _Pragma("unroll") for (int k = 0; k < N; ++k) {
     const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
     wv[k] = in_regs && w && i < d ? w[i] : 1.0f;
   }
@@ -73,10 +78,10 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float 
   __shared__ float red[32];
   const float* xr = x + blockIdx.x * d;
   float* yr = y + blockIdx.x * d;
-  float v[kRowRegs];
+  float v[N];
   const float inv = row_inv_rms(xr, d, eps, xw != nullptr, xw ? xw + blockIdx.x * d : nullptr, red, v);
   if (in_regs) {
-    _Pragma("unroll") for (int k = 0; k < kRowRegs; ++k) {
+    _Pragma("unroll") for (int k = 0; k < N; ++k) {
       const int64_t i = threadIdx.x + k * static_cast<int64_t>(blockDim.x);
       if (i < d) yr[i] = norm_val(v[k], wv[k], inv, xw != nullptr, round_out);
     }
@@ -93,6 +98,20 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float 
 // so the same sum of squares).
 int rmsnorm_threads(int64_t d) { return d >= 2048 ? 512 : d >= 512 ? 256 : 128; }
 
+// f(std::integral_constant<int, N>) with N the register slots of `rows` rows of d over `threads`:
+// the power of two that holds a thread's share, at most kMaxRowSlots (past that, chunks of 16);
+// 1 (a load per loop trip, few registers) when the rows alone fill the GPU twice over, as in
+// prefill, where occupancy hides the loads' latency and 16 slots cost it (115 registers a thread).
+template <class F>
+void with_row_slots(const DeviceContext& ctx, int64_t rows, int64_t d, int threads, F&& f) {
+  const int64_t s = rows >= 2 * static_cast<int64_t>(ctx.sm_count()) ? 1 : (d + threads - 1) / threads;
+  if (s <= 1) f(std::integral_constant<int, 1>{});
+  else if (s <= 2) f(std::integral_constant<int, 2>{});
+  else if (s <= 4) f(std::integral_constant<int, 4>{});
+  else if (s <= 8) f(std::integral_constant<int, 8>{});
+  else f(std::integral_constant<int, kMaxRowSlots>{});
+}
+
 // Rotation of the pair (a.x, a.y) by angle pos * inv_freq (rope_kernel's and rope_bf16_kernel's).
 __device__ __forceinline__ float2 rope_pair(float2 a, float pos, float inv_freq, float sign) {
   float s, c;
@@ -106,6 +125,7 @@ __device__ __forceinline__ float2 rope_pair(float2 a, float pos, float inv_freq,
 // unfused sequence rmsnorm_bf16(norm_r) -> rope_bf16(rope_r): one block per row, the sum of
 // squares split as rmsnorm_kernel's (same threads per row, same order), then each thread one
 // pair at a time (the same products and rotation): the same bits.
+template <int N>
 __global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int64_t head_dim, float eps,
                                     int rope_dim, const int64_t* pos, int64_t p0, int64_t stride,
                                     const float* inv_freq, bool norm_in, bool norm_out, bool rope_out) {
@@ -113,7 +133,7 @@ __global__ void rmsnorm_rope_kernel(float* x, const float* w, int64_t heads, int
   __shared__ float red[32];
   float* xr = x + blockIdx.x * head_dim;
   // (row_inv_rms's barrier: every read of the row is done before the writes below)
-  float v[kRowRegs];
+  float v[N];
   const float inv = row_inv_rms(xr, head_dim, eps, norm_in, nullptr, red, v);
   const int64_t t = blockIdx.x / heads, first = (head_dim - rope_dim) / 2;
   const float p = rope_position(pos, p0, stride, t);
@@ -203,7 +223,10 @@ void rmsnorm(DeviceContext& ctx, const float* x, const float* w, int64_t rows, i
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
   const int threads = rmsnorm_threads(d);
-  launch(ctx, rmsnorm_kernel, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y, nullptr, false, nullptr);
+  with_row_slots(ctx, rows, d, threads, [&](auto n) {
+    launch(ctx, rmsnorm_kernel<decltype(n)::value>, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y,
+           nullptr, false, nullptr);
+  });
 }
 
 void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, int64_t d, float eps, float* y,
@@ -212,8 +235,10 @@ void rmsnorm_bf16(DeviceContext& ctx, float* x, const float* w, int64_t rows, in
   HS_CHECK(rows <= 0x7fffffff && d > 0, "rmsnorm: bad shape ", rows, "x", d);
   DeviceGuard g(ctx.device());
   const int threads = rmsnorm_threads(d);
-  launch(ctx, rmsnorm_kernel, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y, r.in ? x : nullptr, r.out,
-         fp8_out);
+  with_row_slots(ctx, rows, d, threads, [&](auto n) {
+    launch(ctx, rmsnorm_kernel<decltype(n)::value>, static_cast<unsigned>(rows), threads, 0, x, w, d, eps, y,
+           r.in ? x : nullptr, r.out, fp8_out);
+  });
 }
 
 void rope_bf16(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim,
@@ -237,8 +262,11 @@ void rmsnorm_rope(DeviceContext& ctx, float* x, const float* w, int64_t n, int64
   HS_CHECK(rope_dim > 0 && rope_dim % 2 == 0 && rope_dim <= head_dim, "rope: bad rope_dim ", rope_dim,
            " for head_dim ", head_dim);
   DeviceGuard g(ctx.device());
-  launch(ctx, rmsnorm_rope_kernel, static_cast<unsigned>(n * heads), rmsnorm_threads(head_dim), 0, x, w, heads, head_dim, eps, rope_dim, pos, p0, stride, inv_freq, norm_r.in, norm_r.out || rope_r.in,
-      rope_r.out);
+  const int threads = rmsnorm_threads(head_dim);
+  with_row_slots(ctx, n * heads, head_dim, threads, [&](auto s) {
+    launch(ctx, rmsnorm_rope_kernel<decltype(s)::value>, static_cast<unsigned>(n * heads), threads, 0, x, w, heads,
+           head_dim, eps, rope_dim, pos, p0, stride, inv_freq, norm_r.in, norm_r.out || rope_r.in, rope_r.out);
+  });
 }
 
 void rope(DeviceContext& ctx, float* x, int64_t n, int64_t heads, int64_t head_dim, int rope_dim, const int64_t* pos,
