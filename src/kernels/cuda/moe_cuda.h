@@ -68,6 +68,10 @@ struct MoeTuning {
   // rule), per slot and grouped; the rest of the warps are row spans. Halved where a
   // warp would get fewer than two 256-element steps.
   int gate_up_ksplit = 0, down_ksplit = 0;
+  // Blocks per row block of each shared-expert slot in the per-slot decode launches that also
+  // carry routed slots (1, 2, 4 or 8, at most the block's row spans; 0: the rule, the power of
+  // two nearest the shared rows' bytes over the routed rows').
+  int shared_parts = 0;
 };
 
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,
