@@ -72,6 +72,9 @@ struct MoeTuning {
   // carry routed slots (1, 2, 4 or 8, at most the block's row spans; 0: the rule, the power of
   // two nearest the shared rows' bytes over the routed rows').
   int shared_parts = 0;
+  // Prefill (n > kMoeDecodeMaxTokens) IQ2_XXS gate/up in model numerics on the grouped
+  // tensor-core body (false: the generic sorted-path kernel; timing comparisons).
+  bool grouped_prefill = true;
 };
 
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,

@@ -75,7 +75,7 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   };
   const WarpRing<kQ2Depth> ring{wring, kQ2Slot, J0, J1};
   ring.prime(fill);
-  const bool three = stage_inputs<BC>(bs, sx, xs, cnt, K, Q2kOrder{});
+  const bool three = stage_inputs<BC, kBCols>(bs, sx, xs, cnt, K, Q2kOrder{});
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row 16 f + g + 8 h of the span
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
   // The min terms of one row (BC = 1): lane c takes sub-blocks c + 4 i (scale byte c of word i)
@@ -87,7 +87,7 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
     if (pass > 0) {
       ring.prime(fill);
-      stage_columns(bs, sx, xs + pass, 1, true, K, Q2kOrder{});
+      stage_columns<kBCols>(bs, sx, xs + pass, 1, true, K, Q2kOrder{});
       __syncthreads();
     }
     float acc[2][2][2] = {}, accm[2][2][MC] = {};  // [f][h][p]: rows 16 f + g + 8 h, column 2c + p / mc + p
