@@ -564,8 +564,9 @@ TEST_F(BackendOps, MoeExpertsQ2MixSplits) {
   EXPECT_ERROR(r.call(ctx(), p, 1, hc::GemmMode::F32, true, bad), "K-split must be 1, 2, 4 or 8");
 }
 
-// Prefill of the q2 mix in model numerics: IQ2_XXS gate/up on the grouped tensor-core body with
-// items of up to 16 tokens (MoeTuning::grouped_prefill) against the twin and against the generic
+// Prefill of the q2 mix in model numerics: IQ2_XXS gate/up and Q2_K down on the grouped
+// tensor-core bodies with items of up to 16 tokens (MoeTuning::grouped_prefill) against the
+// twin and against the generic
 // sorted-path kernel, at Flash widths with 16 experts (24 pairs an expert on average: items of 16
 // and 8 tokens; skewed: half the experts, one of them on every token) and with 256 experts at
 // n = 512 (timings printed, not asserted; the two paths against each other).
@@ -597,7 +598,7 @@ TEST_F(BackendOps, MoeExpertsQ2MixPrefill) {
     const bool bf = m == hc::GemmMode::Bf16;
     const double g = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true); });
     const double o = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, generic); });
-    std::printf("[moe-timing] q2 mix+Q8_0 n=512 model %s: grouped gate/up %8.1f us, generic %8.1f us\n",
+    std::printf("[moe-timing] q2 mix+Q8_0 n=512 model %s: grouped %8.1f us, generic %8.1f us\n",
                 bf ? "bf16" : "f32", g * 1e3, o * 1e3);
     check("moe-prefill-grouped-vs-generic", "IQ2_XXS+Q2_K+Q8_0", std::string("Flash n=512 ") + (bf ? "bf16" : "f32"),
           r.run(ctx(), p, n, m, true), r.run(ctx(), p, n, m, true, generic), 1e-2);

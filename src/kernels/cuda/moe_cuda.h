@@ -72,8 +72,9 @@ struct MoeTuning {
   // carry routed slots (1, 2, 4 or 8, at most the block's row spans; 0: the rule, the power of
   // two nearest the shared rows' bytes over the routed rows').
   int shared_parts = 0;
-  // Prefill (n > kMoeDecodeMaxTokens) IQ2_XXS gate/up in model numerics on the grouped
-  // tensor-core body (false: the generic sorted-path kernel; timing comparisons).
+  // Prefill (n > kMoeDecodeMaxTokens) IQ2_XXS gate/up and Q2_K down in model numerics on the
+  // grouped tensor-core bodies, items of 16 tokens (false: the generic sorted-path kernel;
+  // timing comparisons).
   bool grouped_prefill = true;
 };
 

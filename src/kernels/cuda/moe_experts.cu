@@ -630,7 +630,10 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     if (model) act_quant_fp8(ctx, h, nk, I);
     set_weights(p, w2, w2);
     p.x = h, p.out = d, p.rows = D, p.cols = I, p.n_rt = static_cast<int>((D + 255) / 256);
-    launch_pf<false>(ctx, w2, p, mode, p.n_rt * mi);
+    if (model && tune.grouped_prefill && mi <= 65535 && q2k_down_prefill_ok(ctx, w2, I))  // Q2_K: as gate/up
+      q2k_down_prefill(ctx, w2, E, k, h, GroupedItems{perm, items, n_items}, mi, tune.down_ksplit, d);
+    else
+      launch_pf<false>(ctx, w2, p, mode, p.n_rt * mi);
   }
 
   // The shared expert's h (no routing weight), next to the routed rows.
