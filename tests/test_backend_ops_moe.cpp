@@ -605,46 +605,6 @@ TEST_F(BackendOps, MoeExpertsQ2MixPrefill) {
   }
 }
 
-// The shared expert's blocks split per row block (MoeTuning::shared_parts; 0 = the rule) in the
-// per-slot launches that carry it with the routed slots: the q2 mix (IQ2_XXS gate/up, Q2_K down)
-// and the MXFP4 mix, each with a Q8_0 shared expert at Flash shapes, every split checked against
-// the twins in both numerics (a wrong part would leave rows of the shared expert unwritten or
-// written twice); timings printed, not asserted.
-TEST_F(BackendOps, MoeExpertsSharedParts) {
-  const Kind iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}, q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K},
-      q8{hc::WType::Q8_0}, mx{hc::WType::MXFP4};
-  for (int mix = 0; mix < 2; ++mix) {
-    const Problem p = mix == 0 ? Problem(ctx(), iq2, 256, 6, 4096, 2048, 51000, &q8, &q2k)
-                               : Problem(ctx(), mx, 256, 6, 4096, 2048, 51000, &q8);
-    const std::string kind = mix == 0 ? "IQ2_XXS+Q2_K+Q8_0" : "MXFP4+Q8_0";
-    for (int64_t n : {1, 5}) {
-      const Routing rt = make_routing(n, p.k, p.E, 51100 + n);
-      const std::vector<float> x = p.input(n, 51200 + n), xq = p.input(n, 51200 + n, true);
-      const std::vector<float> ref = p.twin(x, n, rt, Twin::F32), mod = p.twin(xq, n, rt, Twin::Model);
-      Bufs r(ctx(), p, xq, n, rt);
-      for (int parts : {0, 1, 2, 4, 8}) {
-        hc::MoeTuning t;
-        t.grouped_from = hc::kMoeDecodeMaxTokens + 1;  // the per-slot kernels at every n
-        t.shared_parts = parts;
-        const std::string shape = "Flash n=" + std::to_string(n) + " parts=" + std::to_string(parts);
-        const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, t); });
-        std::printf("[moe-timing] %s n=%-3lld model shared parts %d: %7.1f us\n", kind.c_str(),
-                    static_cast<long long>(n), parts, ms * 1e3);
-        check("moe-shared-parts-model", kind, shape, r.run(ctx(), p, n, hc::GemmMode::F32, true, t), mod, 1e-2);
-        r.x.put(x);
-        check("moe-shared-parts", kind, shape, r.run(ctx(), p, n, hc::GemmMode::F32, false, t), ref, 1e-5);
-        r.x.put(xq);
-      }
-    }
-  }
-  const Routing rt = make_routing(1, 2, 16, 51300);
-  const Problem p(ctx(), q8, 16, 2, 256, 128, 51301, &q8);
-  Bufs r(ctx(), p, p.input(1, 51302), 1, rt);
-  hc::MoeTuning bad;
-  bad.shared_parts = 3;
-  EXPECT_ERROR(r.call(ctx(), p, 1, hc::GemmMode::F32, false, bad), "shared_parts must be 1, 2, 4 or 8");
-}
-
 // The call captured once in a CUDA graph and replayed with new routing and input: the routing
 // is read on the device at replay time.
 TEST_F(BackendOps, MoeExpertsGraphReplay) {

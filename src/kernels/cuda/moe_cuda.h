@@ -68,10 +68,6 @@ struct MoeTuning {
   // rule), per slot and grouped; the rest of the warps are row spans. Halved where a
   // warp would get fewer than two 256-element steps.
   int gate_up_ksplit = 0, down_ksplit = 0;
-  // Blocks per row block of each shared-expert slot in the per-slot decode launches that also
-  // carry routed slots (1, 2, 4 or 8, at most the block's row spans; 0: the rule, the power of
-  // two nearest the shared rows' bytes over the routed rows').
-  int shared_parts = 0;
   // Prefill (n > kMoeDecodeMaxTokens) IQ2_XXS gate/up and Q2_K down in model numerics on the
   // grouped tensor-core bodies, items of 16 tokens (false: the generic sorted-path kernel;
   // timing comparisons).

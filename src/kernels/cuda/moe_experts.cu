@@ -474,7 +474,7 @@ void launch_pf(DeviceContext& ctx, const WeightView& w, PfArgs a, GemmMode mode,
 // fit in shared memory; false: nothing was launched.
 bool fast_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int E,
                  const float* x, int64_t n, const int32_t* idx, const float* weight, int k, float limit,
-                 uint8_t* ws, float* y, const MoeShared* shared, bool model, int shared_parts) {
+                 uint8_t* ws, float* y, const MoeShared* shared, bool model) {
   const int64_t I = w1.rows / E, D = w1.cols, nk = n * k;
   const WType tg = w1.type, td = w2.type;
   const WType sg = shared ? shared->w1.type : tg, sd = shared ? shared->w2.type : td;
@@ -496,14 +496,12 @@ bool fast_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     a.sb[1] = u8(shared->w3.scales);
   a.x = x, a.idx = idx, a.weight = weight, a.out = h, a.idx_sorted = perm, a.rows = I, a.K = D;
   a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.q0 = 0, a.limit = limit;
-  fast_pair<true>(ctx, a, tg, sg, static_cast<int>(nk), nsh, shared ? row_bytes_ratio(shared->w1, w1) : 1.0,
-                  shared_parts);
+  fast_pair<true>(ctx, a, tg, sg, static_cast<int>(nk), nsh);
   if (model) act_quant_fp8(ctx, h, nk + nsh, I);  // the FP8 round trip of the down projections' inputs
   a.wa[0] = a.wb[0] = u8(w2.data), a.sa[0] = a.sb[0] = u8(w2.scales);
   if (shared) a.wa[1] = a.wb[1] = u8(shared->w2.data), a.sa[1] = a.sb[1] = u8(shared->w2.scales);
   a.x = h, a.idx = perm, a.weight = nullptr, a.out = d, a.idx_sorted = nullptr, a.rows = D, a.K = I;
-  fast_pair<false>(ctx, a, td, sd, static_cast<int>(nk), nsh, shared ? row_bytes_ratio(shared->w2, w2) : 1.0,
-                   shared_parts);
+  fast_pair<false>(ctx, a, td, sd, static_cast<int>(nk), nsh);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(n));
   launch(ctx, fast_combine_kernel, grid, kThreads, 0, d, k, nk, D, shared != nullptr, model, y);
@@ -543,8 +541,6 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   for (int ks : {tune.gate_up_ksplit, tune.down_ksplit})
     HS_CHECK(ks >= 0 && ks <= kWarps && (ks & (ks - 1)) == 0, "moe_experts: a K-split must be 1, 2, 4 or 8 (0: the rule), got ",
              ks);
-  HS_CHECK(tune.shared_parts >= 0 && tune.shared_parts <= kWarps && (tune.shared_parts & (tune.shared_parts - 1)) == 0,
-           "moe_experts: shared_parts must be 1, 2, 4 or 8 (0: the rule), got ", tune.shared_parts);
   if (n == 0) return;
   HS_CHECK(x && y && idx && weight, "moe_experts: null input or output");
   const bool grouped = n >= std::max<int64_t>(tune.grouped_from, 2) && n <= kMoeDecodeMaxTokens &&
@@ -576,8 +572,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
   }
 
   // Native weights in decode: moe_fast_decode.cuh (two streaming launches and a combine).
-  if (n <= kMatvecMaxCols && fast_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, ws, y, shared, model,
-                                            tune.shared_parts))
+  if (n <= kMatvecMaxCols && fast_decode(ctx, w1, w3, w2, E, x, n, idx, weight, k, limit, ws, y, shared, model))
     return;
 
   // Routed experts. Decode (n <= 8): the streaming kernels; the down projection sums the slots
@@ -606,8 +601,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
         shared_gate_up_done = true;
       }
       iq2_gate_up(ctx, fa, static_cast<int>(nk), shared_gate_up_done ? static_cast<int>(n) : 0, ra.wa_end,
-                  ra.wb_end, tune.gate_up_ksplit, shared_gate_up_done ? row_bytes_ratio(shared->w1, w1) : 1.0,
-                  tune.shared_parts);
+                  ra.wb_end, tune.gate_up_ksplit);
     } else {
       with_src(w1, [&](auto tag) { launch_dec<typename decltype(tag)::type, 2, true>(ctx, ra, nk); });
     }
@@ -663,8 +657,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       fa.sa[1] = fa.sb[1] = static_cast<const uint8_t*>(shared->w2.scales);
     }
     fa.x = h, fa.idx = perm, fa.out = d, fa.rows = D, fa.K = I, fa.k = k, fa.E = E, fa.limit = limit;
-    q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end, tune.down_ksplit,
-             shared ? row_bytes_ratio(shared->w2, w2) : 1.0, tune.shared_parts);
+    q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end, tune.down_ksplit);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                     static_cast<unsigned>(n));
     launch(ctx, fast_combine_kernel, grid, kThreads, 0, d, k, nk, D, shared != nullptr, model, y);

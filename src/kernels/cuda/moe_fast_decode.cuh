@@ -60,7 +60,6 @@ struct FastArgs {
   int k, E, nk, q0, nsh;  // slots per token, experts, n*k (slots >= nk: the shared expert), first routed
                          // slot and shared slots of the launch
   int TR, KS;            // row spans x K-splits per block (TR * KS = 8)
-  int shp = 1;           // blocks per row block of each shared slot (slot_args; a power of two dividing TR)
   float limit;
 };
 
@@ -378,34 +377,18 @@ __device__ __forceinline__ void fast_body(const FastArgs& a, const uint8_t* wa, 
   }
 }
 
-// Slot y of a launch: the first a.nsh * a.shp are the shared expert's (token y / shp, part
-// y % shp: slot_args), the rest routed slots a.q0 + y - a.nsh * a.shp (gate/up: token q / k,
-// rank among its slots; down: segment q).
+// Slot y of a launch: the first a.nsh are the shared expert's (token y), the rest routed slots
+// a.q0 + y - a.nsh (gate/up: token q / k, rank among its slots; down: segment q).
 struct FastSlot {
   bool sh;
-  int q, t, part;
+  int q, t;
 };
 template <bool GU>
 __device__ __forceinline__ FastSlot fast_slot(const FastArgs& a) {
-  const int y = static_cast<int>(blockIdx.y), nb = a.nsh * a.shp;
-  const bool sh = y < nb;
-  const int q = sh ? a.nk + y / a.shp : a.q0 + y - nb;
-  return {sh, q, sh ? y / a.shp : GU ? q / a.k : q, sh ? y % a.shp : 0};
-}
-
-// A block's geometry: a routed block covers a.TR row spans x a.KS K-splits from row0; part p of
-// a shared slot covers the p-th TR / shp of those spans with KS * shp K-splits. The shared
-// expert (Q8_0: 8.5 bits a weight) has 2-4x a routed expert's bytes a row (IQ2_XXS 2.06, Q2_K
-// 2.63, MXFP4 4.25), so with one block per row block its 32 blocks were the launch's tail at
-// n = 1 (ncu on the H100: the IQ2 gate/up launch at 26 % of DRAM bandwidth); split, every block
-// carries about the same bytes.
-__device__ __forceinline__ FastArgs slot_args(const FastArgs& a, const FastSlot& s) {
-  FastArgs b = a;
-  if (s.sh) b.TR = a.TR / a.shp, b.KS = a.KS * a.shp;
-  return b;
-}
-__device__ __forceinline__ int64_t slot_row0(const FastArgs& a, const FastSlot& s, int span) {
-  return (static_cast<int64_t>(blockIdx.x) * a.TR + (s.sh ? s.part * (a.TR / a.shp) : 0)) * span;
+  const int y = static_cast<int>(blockIdx.y);
+  const bool sh = y < a.nsh;
+  const int q = sh ? a.nk + y : a.q0 + y - a.nsh;
+  return {sh, q, sh ? y : GU ? q / a.k : q};
 }
 
 // The shared expert's rows of this block (Q8_0 planes, K bytes a row: weights, never written
@@ -413,8 +396,7 @@ __device__ __forceinline__ int64_t slot_row0(const FastArgs& a, const FastSlot& 
 // known after it).
 __device__ __forceinline__ void prefetch_shared_rows(const FastArgs& a, const FastSlot& s, int span, bool gate_up) {
   if (!s.sh) return;
-  const int64_t row0 = slot_row0(a, s, span), n = min64(a.rows - row0, int64_t{a.TR / a.shp} * span);
-  if (n <= 0) return;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * span, n = min64(a.rows - row0, int64_t{a.TR} * span);
   pdl_prefetch_l2(a.wa[1] + row0 * a.K, static_cast<size_t>(n * a.K));
   if (gate_up) pdl_prefetch_l2(a.wb[1] + row0 * a.K, static_cast<size_t>(n * a.K));
 }
@@ -476,20 +458,19 @@ __global__ void __launch_bounds__(kThreads, 2) fast_kernel(FastArgs a) {
   if (threadIdx.x == 0) fast_slot_meta<GU>(a, sl, &s_e, &s_rank, &s_w);
   __syncthreads();
   constexpr int span = GU ? 16 : 32;
-  const FastArgs b = slot_args(a, sl);
-  const int64_t row0 = slot_row0(a, sl, span);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * span;
   const float* xrow = a.x + static_cast<int64_t>(GU ? sl.t : sl.q) * a.K;
   const int64_t e_row0 = static_cast<int64_t>(s_e) * a.rows;
   if constexpr (std::is_same_v<MA, MB>) {
     const int i = sl.sh ? 1 : 0;
-    fast_body<MA, GU>(b, a.wa[i], a.wb[i], a.sa[i], a.sb[i], e_row0, xrow, row0, smem, red);
+    fast_body<MA, GU>(a, a.wa[i], a.wb[i], a.sa[i], a.sb[i], e_row0, xrow, row0, smem, red);
   } else if (sl.sh) {
-    fast_body<MB, GU>(b, a.wa[1], a.wb[1], a.sa[1], a.sb[1], e_row0, xrow, row0, smem, red);
+    fast_body<MB, GU>(a, a.wa[1], a.wb[1], a.sa[1], a.sb[1], e_row0, xrow, row0, smem, red);
   } else {
-    fast_body<MA, GU>(b, a.wa[0], a.wb[0], a.sa[0], a.sb[0], e_row0, xrow, row0, smem, red);
+    fast_body<MA, GU>(a, a.wa[0], a.wb[0], a.sa[0], a.sb[0], e_row0, xrow, row0, smem, red);
   }
   __syncthreads();
-  fast_epilogue<GU>(b, red, row0, sl, s_rank, s_w);
+  fast_epilogue<GU>(a, red, row0, sl, s_rank, s_w);
 }
 
 // y[t, :] = the token's k routed segments d[t*k + r] in rank order (ascending expert id), then
@@ -544,64 +525,46 @@ size_t fast_smem(WType t, int64_t K) {
   return s;
 }
 
-// Blocks per row block of a shared slot (slot_args): the power of two nearest `ratio` (the
-// shared expert's bytes a row over a routed expert's), at most TR; forced > 0: that, at most TR.
-inline int shared_parts(int TR, double ratio, int forced) {
-  int p = 1;
-  if (forced > 0) p = forced;
-  else while (2 * p <= kWarps && ratio >= 1.4142 * p) p *= 2;
-  return std::min(p, TR);
-}
-inline double row_bytes_ratio(const WeightView& shared, const WeightView& routed) {
-  auto per_row = [](const WeightView& w) {
-    return static_cast<double>(w.data_bytes() + w.scale_bytes()) / static_cast<double>(w.rows);
-  };
-  return per_row(shared) / per_row(routed);
-}
-
-// One launch over nsh shared slots (first, shared_parts blocks each) and nr routed slots from q0.
+// One launch over nsh shared slots (first) and nr routed slots from q0.
 template <class MA, class MB, bool GU>
-void fast_launch(DeviceContext& ctx, FastArgs a, int nr, int nsh, double sh_ratio, int parts) {
+void fast_launch(DeviceContext& ctx, FastArgs a, int nr, int nsh) {
   if (nr + nsh == 0) return;
   const int64_t G = (a.K / MA::E + 3) / 4, want = GU ? 8 : 4;  // K groups per warp to aim for
   a.KS = 1;
   while (a.KS < kWarps && G / (2 * a.KS) >= want) a.KS *= 2;
   a.TR = kWarps / a.KS;
   a.nsh = nsh;
-  a.shp = nr && nsh ? shared_parts(a.TR, sh_ratio, parts) : 1;  // (alone, the shared blocks are even)
   const int64_t span = (GU ? 16 : 32) * a.TR;
   const size_t smem = std::max(MA::smem(a.K), nsh ? MB::smem(a.K) : size_t{0});
   const void* kern = reinterpret_cast<const void*>(fast_kernel<MA, MB, GU>);
   ctx.ensure_dynamic_smem(kern, smem);
-  const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nr + nsh * a.shp));
+  const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nr + nsh));
   void* args[] = {&a};
   launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 // The routed slots (type ta) and nsh shared ones (type tb): one launch when the types are the
-// same or the Flash mix (MXFP4 routed, Q8_0 shared), else one launch each. sh_ratio, parts:
-// fast_launch's shared-slot split.
+// same or the Flash mix (MXFP4 routed, Q8_0 shared), else one launch each.
 template <bool GU>
-void fast_pair(DeviceContext& ctx, const FastArgs& a, WType ta, WType tb, int nr, int nsh, double sh_ratio,
-               int parts) {
+void fast_pair(DeviceContext& ctx, const FastArgs& a, WType ta, WType tb, int nr, int nsh) {
   const bool mixed = nsh && ta == WType::MXFP4 && tb == WType::Q8_0;
   if (nsh == 0 || ta == tb || mixed) {
     with_fmath(ta, [&](auto tag) {
       using MA = typename decltype(tag)::type;
       if constexpr (MA::kType == WType::MXFP4) {
-        if (mixed) return fast_launch<MA, FMath<WType::Q8_0, false>, GU>(ctx, a, nr, nsh, sh_ratio, parts);
+        if (mixed) return fast_launch<MA, FMath<WType::Q8_0, false>, GU>(ctx, a, nr, nsh);
       }
-      fast_launch<MA, MA, GU>(ctx, a, nr, nsh, sh_ratio, parts);
+      fast_launch<MA, MA, GU>(ctx, a, nr, nsh);
     });
     return;
   }
   with_fmath(ta, [&](auto tag) {
     using MA = typename decltype(tag)::type;
-    fast_launch<MA, MA, GU>(ctx, a, nr, 0, 1.0, 1);
+    fast_launch<MA, MA, GU>(ctx, a, nr, 0);
   });
   with_fmath(tb, [&](auto tag) {
     using MB = typename decltype(tag)::type;
-    fast_launch<MB, MB, GU>(ctx, a, 0, nsh, 1.0, 1);
+    fast_launch<MB, MB, GU>(ctx, a, 0, nsh);
   });
 }
 

@@ -212,14 +212,13 @@ __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, co
   prefetch_shared_rows(a, sl, 16, true);
   pdl_enter();
   if (threadIdx.x == 0) fast_slot_meta<true>(a, sl, &s_e, &s_rank, &s_w);
-  const int64_t row0 = slot_row0(a, sl, 16);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16;
   if (sl.sh) {
-    const FastArgs b = slot_args(a, sl);
     __syncthreads();
-    fast_body<FMath<WType::Q8_0, false>, true>(b, a.wa[1], a.wb[1], a.sa[1], a.sb[1], 0,
+    fast_body<FMath<WType::Q8_0, false>, true>(a, a.wa[1], a.wb[1], a.sa[1], a.sb[1], 0,
                                                 a.x + static_cast<int64_t>(sl.t) * a.K, row0, smem, red);
     __syncthreads();
-    fast_epilogue<true>(b, red, row0, sl, s_rank, s_w);
+    fast_epilogue<true>(a, red, row0, sl, s_rank, s_w);
   } else {
     __syncthreads();  // s_e
     const float* xrow = a.x + static_cast<int64_t>(sl.t) * a.K;
@@ -236,19 +235,18 @@ bool iq2_gate_up_ok(DeviceContext& ctx, const WeightView& w1, int64_t K) {
 }
 
 // nk routed slots and nsh shared-expert slots (their weights in a.wa[1], a.wb[1], a.sa[1],
-// a.sb[1]: Q8_0 planes; shared_parts(sh_ratio, parts) blocks per row block): kSlotKsplit
-// K-splits (ksplit > 0: forced), the rest of the block's warps row spans.
+// a.sb[1]: Q8_0 planes): kSlotKsplit K-splits (ksplit > 0: forced), the rest of the block's
+// warps row spans.
 void iq2_gate_up(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* wa_end, const uint8_t* wb_end,
-                 int ksplit, double sh_ratio, int parts) {
+                 int ksplit) {
   if (nk + nsh == 0) return;
   split_warps(a, a.K / 256, kSlotKsplit, ksplit);
   a.q0 = 0, a.nk = nk, a.nsh = nsh;
-  a.shp = nk && nsh ? shared_parts(a.TR, sh_ratio, parts) : 1;
   const size_t smem = iq2_smem(a.K);
   const void* kern = reinterpret_cast<const void*>(iq2_gate_up_kernel);
   ctx.ensure_dynamic_smem(kern, smem);
   const int64_t span = 16 * a.TR;
-  const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh * a.shp));
+  const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh));
   void* args[] = {&a, &wa_end, &wb_end};
   launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }

@@ -212,13 +212,12 @@ __global__ void __launch_bounds__(kThreads, 2) q2k_down_kernel(FastArgs a, const
   pdl_enter();
   if (threadIdx.x == 0) fast_slot_meta<false>(a, sl, &s_e, &s_rank, &s_w);
   __syncthreads();
-  const int64_t row0 = slot_row0(a, sl, 32);
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 32;
   if (sl.sh) {
-    const FastArgs b = slot_args(a, sl);
-    fast_body<FMath<WType::Q8_0, false>, false>(b, a.wa[1], a.wa[1], a.sa[1], a.sa[1], 0,
+    fast_body<FMath<WType::Q8_0, false>, false>(a, a.wa[1], a.wa[1], a.sa[1], a.sa[1], 0,
                                                  a.x + static_cast<int64_t>(sl.q) * a.K, row0, smem, red);
     __syncthreads();
-    fast_epilogue<false>(b, red, row0, sl, s_rank, s_w);
+    fast_epilogue<false>(a, red, row0, sl, s_rank, s_w);
     return;
   }
   const float* xrow = a.x + static_cast<int64_t>(sl.q) * a.K;
@@ -233,19 +232,17 @@ bool q2k_down_ok(DeviceContext& ctx, const WeightView& w2, const MoeShared* shar
          q2k_smem(K) + 2048 <= ctx.props().sharedMemPerBlockOptin;
 }
 
-// nk routed segments and nsh shared ones (shared_parts(sh_ratio, parts) blocks per row block):
-// kSlotKsplit K-splits (ksplit > 0: forced), the rest of the block's warps row spans.
-void q2k_down(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* w_end, int ksplit, double sh_ratio,
-              int parts) {
+// nk routed segments and nsh shared ones: kSlotKsplit K-splits (ksplit > 0: forced), the rest of
+// the block's warps row spans.
+void q2k_down(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* w_end, int ksplit) {
   if (nk + nsh == 0) return;
   split_warps(a, a.K / 256, kSlotKsplit, ksplit);
   a.q0 = 0, a.nk = nk, a.nsh = nsh;
-  a.shp = nk && nsh ? shared_parts(a.TR, sh_ratio, parts) : 1;
   const size_t smem = q2k_smem(a.K);
   const void* kern = reinterpret_cast<const void*>(q2k_down_kernel);
   ctx.ensure_dynamic_smem(kern, smem);
   const int64_t span = 32 * a.TR;
-  const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh * a.shp));
+  const dim3 grid(static_cast<unsigned>((a.rows + span - 1) / span), static_cast<unsigned>(nk + nsh));
   void* args[] = {&a, &w_end};
   launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
