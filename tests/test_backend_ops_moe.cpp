@@ -600,6 +600,13 @@ TEST_F(BackendOps, MoeExpertsQ2MixPrefill) {
     const double o = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, generic); });
     std::printf("[moe-timing] q2 mix+Q8_0 n=512 model %s: grouped %8.1f us, generic %8.1f us\n",
                 bf ? "bf16" : "f32", g * 1e3, o * 1e3);
+    if (bf)
+      for (int ks : {2, 4}) {  // the grouped bodies' K-splits (the rule: 1)
+        hc::MoeTuning t;
+        t.gate_up_ksplit = t.down_ksplit = ks;
+        std::printf("[moe-timing] q2 mix+Q8_0 n=512 model bf16: grouped ks=%d %8.1f us\n", ks,
+                    1e3 * median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, t); }));
+      }
     check("moe-prefill-grouped-vs-generic", "IQ2_XXS+Q2_K+Q8_0", std::string("Flash n=512 ") + (bf ? "bf16" : "f32"),
           r.run(ctx(), p, n, m, true), r.run(ctx(), p, n, m, true, generic), 1e-2);
   }

@@ -34,7 +34,9 @@
 // memory is stored in that permuted K order (one permutation of K for A and B leaves the product
 // unchanged). F32: one row per lane, f32 FMA in K order. A last kernel sums each token's slot
 // rows in ascending expert id. Every output depends only on its own token and weights (no float
-// atomics): the unordered placement within an expert's bucket changes no bit.
+// atomics): the unordered placement within an expert's bucket changes no bit. IQ2_XXS gate/up
+// and Q2_K down in model numerics instead run the grouped decode's tensor-core bodies on the
+// same items and layout (moe_grouped_decode.cuh, iq2_gate_up_prefill / q2k_down_prefill).
 
 #include "kernels/cuda/moe_experts_common.cuh"
 #include "kernels/cuda/moe_experts_decode.cuh"
