@@ -564,6 +564,54 @@ TEST_F(BackendOps, MoeExpertsQ2MixSplits) {
   EXPECT_ERROR(r.call(ctx(), p, 1, hc::GemmMode::F32, true, bad), "K-split must be 1, 2, 4 or 8");
 }
 
+// Prefill of the q2 mix in model numerics: IQ2_XXS gate/up and Q2_K down on the grouped
+// tensor-core bodies with items of up to 16 tokens (MoeTuning::grouped_prefill) against the
+// twin and against the generic
+// sorted-path kernel, at Flash widths with 16 experts (24 pairs an expert on average: items of 16
+// and 8 tokens; skewed: half the experts, one of them on every token) and with 256 experts at
+// n = 512 (timings printed, not asserted; the two paths against each other).
+TEST_F(BackendOps, MoeExpertsQ2MixPrefill) {
+  const Kind iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}, q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K},
+      q8{hc::WType::Q8_0};
+  hc::MoeTuning generic;
+  generic.grouped_prefill = false;
+  {
+    const Problem p(ctx(), iq2, 16, 6, 4096, 2048, 52000, &q8, &q2k);
+    for (bool skewed : {false, true}) {
+      const int64_t n = 64;
+      const Routing rt = make_routing(n, p.k, p.E, 52100 + skewed, skewed);
+      const std::vector<float> xq = p.input(n, 52200 + skewed, true);
+      Bufs r(ctx(), p, xq, n, rt);
+      const std::string shape = "E16 Flash n=64" + std::string(skewed ? " skewed" : "");
+      const std::vector<float> got = r.run(ctx(), p, n, hc::GemmMode::F32, true);
+      check("moe-prefill-grouped-model", "IQ2_XXS+Q2_K+Q8_0", shape, got, p.twin(xq, n, rt, Twin::Model), 1e-2);
+      check("moe-prefill-grouped-vs-generic", "IQ2_XXS+Q2_K+Q8_0", shape, got,
+            r.run(ctx(), p, n, hc::GemmMode::F32, true, generic), 1e-2);
+      check_exact("moe-repeat", "IQ2_XXS+Q2_K+Q8_0", shape, bit_diff(got, r.run(ctx(), p, n, hc::GemmMode::F32, true)));
+    }
+  }
+  const Problem p(ctx(), iq2, 256, 6, 4096, 2048, 52300, &q8, &q2k);
+  const int64_t n = 512;
+  const Routing rt = make_routing(n, p.k, p.E, 52301);
+  Bufs r(ctx(), p, p.input(n, 52302, true), n, rt);
+  for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
+    const bool bf = m == hc::GemmMode::Bf16;
+    const double g = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true); });
+    const double o = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, generic); });
+    std::printf("[moe-timing] q2 mix+Q8_0 n=512 model %s: grouped %8.1f us, generic %8.1f us\n",
+                bf ? "bf16" : "f32", g * 1e3, o * 1e3);
+    if (bf)
+      for (int ks : {2, 4}) {  // the grouped bodies' K-splits (the rule: 1)
+        hc::MoeTuning t;
+        t.gate_up_ksplit = t.down_ksplit = ks;
+        std::printf("[moe-timing] q2 mix+Q8_0 n=512 model bf16: grouped ks=%d %8.1f us\n", ks,
+                    1e3 * median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, t); }));
+      }
+    check("moe-prefill-grouped-vs-generic", "IQ2_XXS+Q2_K+Q8_0", std::string("Flash n=512 ") + (bf ? "bf16" : "f32"),
+          r.run(ctx(), p, n, m, true), r.run(ctx(), p, n, m, true, generic), 1e-2);
+  }
+}
+
 // The call captured once in a CUDA graph and replayed with new routing and input: the routing
 // is read on the device at replay time.
 TEST_F(BackendOps, MoeExpertsGraphReplay) {

@@ -68,6 +68,10 @@ struct MoeTuning {
   // rule), per slot and grouped; the rest of the warps are row spans. Halved where a
   // warp would get fewer than two 256-element steps.
   int gate_up_ksplit = 0, down_ksplit = 0;
+  // Prefill (n > kMoeDecodeMaxTokens) IQ2_XXS gate/up and Q2_K down in model numerics on the
+  // grouped tensor-core bodies, items of 16 tokens (false: the generic sorted-path kernel;
+  // timing comparisons).
+  bool grouped_prefill = true;
 };
 
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,

@@ -174,26 +174,28 @@ inline void split_warps(FastArgs& a, int64_t nb, int ks, int forced) {
 }
 
 // B columns of the GGUF tensor-core decode bodies (moe_iq2_decode.cuh, moe_q2k_decode.cuh): the
-// mma's N holds kBCols staged columns (the rest are zeros). One term: column j is bf16(x_j) of
-// input row j < cnt (grouped decode: up to kBCols tokens of one expert) and zeros past cnt; three
-// terms: columns 0..2 hold the terms t0, t1, t2 of row 0 (column 3 zeros), whose sum the body
-// adds at the end. Either way each column's sums are scaled per unit on their own, so a row gives
-// the same bits in both forms when its x are bf16 values (t1 = t2 = 0) and whatever the other
-// columns hold: a token's result depends on its own input only.
+// mma's N holds NC staged columns (the rest are zeros; NC = kBCols in decode, more in prefill's
+// items: every 8 columns one more mma n-tile). One term: column j is bf16(x_j) of input row j <
+// cnt (grouped: up to NC tokens of one expert) and zeros past cnt; three terms: columns 0..2
+// hold the terms t0, t1, t2 of row 0 (the others zeros), whose sum the body adds at the end.
+// Either way each column's sums are scaled per unit on their own, so a row gives the same bits
+// in both forms when its x are bf16 values (t1 = t2 = 0) and whatever the other columns hold: a
+// token's result depends on its own input only.
 constexpr int kBCols = 4;
 
 // Stages the columns: k-group G (16 elements: lane c's elements 4c..4c+3 in the body's K order,
-// at float offset src(G, c) of an input row) as uint2 at (G * kBCols + col) * 4 + c. sx (when
+// at float offset src(G, c) of an input row) as uint2 at (G * NC + col) * 4 + c. sx (when
 // non-null): per (G, col) the group's 16 values added in element order (three terms: column 0,
 // the others 0). Returns nonzero when a one-term staging met an x that is not a bf16 value.
-template <class Src>
+template <int NC, class Src>
 __device__ __forceinline__ uint32_t stage_columns(uint2* bs, float* sx, const float* const* xs, int cnt, bool three,
                                                   int64_t K, Src src) {
+  static_assert(NC >= 3, "three terms need three columns");
   uint32_t inexact = 0;
   const int rows = three ? 1 : cnt;
   for (int64_t G = threadIdx.x; G < K / 16; G += blockDim.x) {
-    uint2* dst = bs + G * kBCols * 4;
-    HS_UNROLL for (int j = 0; j < kBCols; ++j) {
+    uint2* dst = bs + G * NC * 4;
+    HS_UNROLL for (int j = 0; j < NC; ++j) {
       if (j >= rows) break;
       float4 v4[4];
       HS_UNROLL for (int c = 0; c < 4; ++c) v4[c] = *reinterpret_cast<const float4*>(xs[j] + src(G, c));
@@ -210,11 +212,11 @@ __device__ __forceinline__ uint32_t stage_columns(uint2* bs, float* sx, const fl
           inexact |= o[1].x | o[1].y | o[2].x | o[2].y;
         }
       }
-      if (sx) sx[G * kBCols + j] = s;
+      if (sx) sx[G * NC + j] = s;
     }
-    for (int j = three ? 1 : rows; j < kBCols; ++j) {
-      if (!three || j == 3) HS_UNROLL for (int c = 0; c < 4; ++c) dst[j * 4 + c] = make_uint2(0u, 0u);
-      if (sx) sx[G * kBCols + j] = 0.f;
+    for (int j = three ? 1 : rows; j < NC; ++j) {
+      if (!three || j >= 3) HS_UNROLL for (int c = 0; c < 4; ++c) dst[j * 4 + c] = make_uint2(0u, 0u);
+      if (sx) sx[G * NC + j] = 0.f;
     }
   }
   return inexact;
@@ -224,35 +226,37 @@ __device__ __forceinline__ uint32_t stage_columns(uint2* bs, float* sx, const fl
 // every x is a bf16 value, else the first row's three terms (then the rows run one at a time).
 // One row (BC = 1) takes its three terms at once: the same bits as one term when x is bf16,
 // without a second staging pass. Returns whether the columns hold three terms.
-template <int BC, class Src>
+template <int BC, int NC, class Src>
 __device__ __forceinline__ bool stage_inputs(uint2* bs, float* sx, const float* const* xs, int cnt, int64_t K,
                                              Src src) {
   if constexpr (BC == 1) {
-    stage_columns(bs, sx, xs, 1, true, K, src);
+    stage_columns<NC>(bs, sx, xs, 1, true, K, src);
     __syncthreads();
     return true;
   } else {
-    if (!__syncthreads_or(stage_columns(bs, sx, xs, cnt, false, K, src) != 0)) return false;
-    stage_columns(bs, sx, xs, 1, true, K, src);
+    if (!__syncthreads_or(stage_columns<NC>(bs, sx, xs, cnt, false, K, src) != 0)) return false;
+    stage_columns<NC>(bs, sx, xs, 1, true, K, src);
     __syncthreads();
     return true;
   }
 }
 
-// A body's column sums (lane (g, c) holds columns 2c, 2c+1 of rows g, g+8 of each fragment f)
-// into red[(warp_slot * BC + col) * 32 + 16 f + g + 8 h]; three terms: the token's sum
-// (t0 + t1) + t2 into column 0.
+// A body's column sums of n-tile nt (lane (g, c) holds columns 8 nt + 2c, + 1 of rows g, g+8 of
+// each fragment f) into red[(warp_slot * BC + col) * 32 + 16 f + g + 8 h]; three terms (nt = 0):
+// the token's sum (t0 + t1) + t2 into column 0.
 template <int BC>
-__device__ __forceinline__ void columns_to_red(const float (&acc)[2][2][2], bool three, float* wred) {
+__device__ __forceinline__ void columns_to_red(const float (&acc)[2][2][2], bool three, float* wred, int nt = 0) {
   const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
     const int r = 16 * f + g + 8 * h;
     const float t2 = __shfl_xor_sync(kFullMask, acc[f][h][0], 1);  // lane c = 1's column 2
     if (three) {
-      if (c == 0) wred[r] = (acc[f][h][0] + acc[f][h][1]) + t2;
+      if (c == 0 && nt == 0) wred[r] = (acc[f][h][0] + acc[f][h][1]) + t2;
     } else {
-      HS_UNROLL for (int p = 0; p < 2; ++p)
-        if (2 * c + p < BC) wred[(2 * c + p) * 32 + r] = acc[f][h][p];
+      HS_UNROLL for (int p = 0; p < 2; ++p) {
+        const int col = 8 * nt + 2 * c + p;
+        if (col < BC) wred[col * 32 + r] = acc[f][h][p];
+      }
     }
   }
 }

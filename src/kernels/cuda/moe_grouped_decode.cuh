@@ -30,10 +30,11 @@ struct GroupedItems {
   const int* n_items;
 };
 
-// Thread j < the item's pair count: its output row t * k + rank (rank: the slot's place in the
-// token's ascending expert order), routing weight and input row (gate/up: x of token t; down: h
-// row t * k + rank). Returns false (the whole block) past the last item.
-template <bool GU>
+// Thread j < the item's pair count: its output row (SORTED: the pair's sorted position, the
+// prefill path's layout; else t * k + rank, rank: the slot's place in the token's ascending
+// expert order), routing weight and input row (gate/up: x of token t; down: h at the output
+// row). Returns false (the whole block) past the last item.
+template <bool GU, bool SORTED = false>
 __device__ __forceinline__ bool grouped_item(const FastArgs& a, const GroupedItems& gi, int4* s_it, int* s_orow,
                                              float* s_w, const float** s_x) {
   if (static_cast<int>(blockIdx.y) >= *gi.n_items) return false;
@@ -42,7 +43,7 @@ __device__ __forceinline__ bool grouped_item(const FastArgs& a, const GroupedIte
   if (j == 0) *s_it = it;
   if (j < it.z) {
     const int q = gi.perm[it.y + j], t = q / a.k;
-    const int orow = t * a.k + slot_rank(a.idx + static_cast<int64_t>(t) * a.k, a.k, q % a.k, a.E);
+    const int orow = SORTED ? it.y + j : t * a.k + slot_rank(a.idx + static_cast<int64_t>(t) * a.k, a.k, q % a.k, a.E);
     s_orow[j] = orow;
     s_w[j] = GU ? a.weight[q] : 1.0f;
     s_x[j] = a.x + static_cast<int64_t>(GU ? t : orow) * a.K;
@@ -51,37 +52,42 @@ __device__ __forceinline__ bool grouped_item(const FastArgs& a, const GroupedIte
   return true;
 }
 
-// grid (row blocks, item bound): h[t * k + rank] = weight * swiglu_clamp(g, u) of each item token.
-__global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_grouped_kernel(FastArgs a, GroupedItems gi,
-                                                                          const uint8_t* wa_end,
-                                                                          const uint8_t* wb_end) {
+// grid (row blocks, item bound): h[output row] = weight * swiglu_clamp(g, u) of each item token
+// (NC: the item's most tokens; SORTED: grouped_item's output rows). Items of more than kBCols
+// tokens (prefill) need more registers: one block per SM.
+template <int NC, bool SORTED>
+__global__ void __launch_bounds__(kThreads, NC > kBCols ? 1 : 2) iq2_gate_up_grouped_kernel(FastArgs a, GroupedItems gi,
+                                                                                           const uint8_t* wa_end,
+                                                                                           const uint8_t* wb_end) {
   pdl_enter();
   extern __shared__ uint4 smem4[];
-  __shared__ float red[kWarps * kBCols * 32];
+  __shared__ float red[kWarps * NC * 32];
   __shared__ int4 s_it;
-  __shared__ int s_orow[kBCols];
-  __shared__ float s_w[kBCols];
-  __shared__ const float* s_x[kBCols];
-  if (!grouped_item<true>(a, gi, &s_it, s_orow, s_w, s_x)) return;
+  __shared__ int s_orow[NC];
+  __shared__ float s_w[NC];
+  __shared__ const float* s_x[NC];
+  if (!grouped_item<true, SORTED>(a, gi, &s_it, s_orow, s_w, s_x)) return;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16;
-  iq2_body<kBCols>(a, wa_end, wb_end, reinterpret_cast<uint8_t*>(smem4), red, s_it.x, s_x, s_it.z,
-                   [&](int j0, int nc) { columns_epilogue<true, kBCols>(a, red, row0, nc, s_orow + j0, s_w + j0); });
+  iq2_body<NC, NC>(a, wa_end, wb_end, reinterpret_cast<uint8_t*>(smem4), red, s_it.x, s_x, s_it.z,
+                   [&](int j0, int nc) { columns_epilogue<true, NC>(a, red, row0, nc, s_orow + j0, s_w + j0); });
 }
 
-// grid (row blocks, item bound): d[t * k + rank] = the expert's w2 . h[t * k + rank].
-__global__ void __launch_bounds__(kThreads, 2) q2k_down_grouped_kernel(FastArgs a, GroupedItems gi,
-                                                                       const uint8_t* w_end) {
+// grid (row blocks, item bound): d[output row] = the expert's w2 . h[output row] (NC, SORTED: as
+// the gate/up kernel's).
+template <int NC, bool SORTED>
+__global__ void __launch_bounds__(kThreads, NC > kBCols ? 1 : 2) q2k_down_grouped_kernel(FastArgs a, GroupedItems gi,
+                                                                                        const uint8_t* w_end) {
   pdl_enter();
   extern __shared__ uint4 smem4[];
-  __shared__ float red[kWarps * kBCols * 32];
+  __shared__ float red[kWarps * NC * 32];
   __shared__ int4 s_it;
-  __shared__ int s_orow[kBCols];
-  __shared__ float s_w[kBCols];
-  __shared__ const float* s_x[kBCols];
-  if (!grouped_item<false>(a, gi, &s_it, s_orow, s_w, s_x)) return;
+  __shared__ int s_orow[NC];
+  __shared__ float s_w[NC];
+  __shared__ const float* s_x[NC];
+  if (!grouped_item<false, SORTED>(a, gi, &s_it, s_orow, s_w, s_x)) return;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 32;
-  q2k_body<kBCols>(a, w_end, reinterpret_cast<uint8_t*>(smem4), red, s_it.x, s_x, s_it.z,
-                   [&](int j0, int nc) { columns_epilogue<false, kBCols>(a, red, row0, nc, s_orow + j0, s_w + j0); });
+  q2k_body<NC, NC>(a, w_end, reinterpret_cast<uint8_t*>(smem4), red, s_it.x, s_x, s_it.z,
+                   [&](int j0, int nc) { columns_epilogue<false, NC>(a, red, row0, nc, s_orow + j0, s_w + j0); });
 }
 
 // Whether the grouped decode takes these experts: IQ2_XXS gate/up, Q2_K down, whole 256-element
@@ -125,7 +131,7 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
   {
     split_warps(a, D / 256, kGroupedKsplit, tune.gate_up_ksplit);
     const size_t smem = iq2_smem(D);
-    const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel);
+    const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel<kBCols, false>);
     ctx.ensure_dynamic_smem(kern, smem);
     const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
     const dim3 grid(static_cast<unsigned>((I + 16 * a.TR - 1) / (16 * a.TR)), item_bound);
@@ -144,7 +150,7 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
   {
     split_warps(a, I / 256, kGroupedKsplit, tune.down_ksplit);
     const size_t smem = q2k_smem(I);
-    const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel);
+    const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel<kBCols, false>);
     ctx.ensure_dynamic_smem(kern, smem);
     const uint8_t* w_end = a.wa[0] + w2.data_bytes();
     const dim3 grid(static_cast<unsigned>((D + 32 * a.TR - 1) / (32 * a.TR)), item_bound);
@@ -155,6 +161,58 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(n));
   launch(ctx, fast_combine_kernel, grid, kThreads, 0, ws.d, k, nk, D, shared != nullptr, model, y);
+}
+
+// Prefill (more than kMoeDecodeMaxTokens tokens) gate/up of IQ2_XXS experts on the grouped
+// body instead of pf_kernel's: the sorted path's items (up to kTok tokens, 16 mma columns: two
+// n-tiles per decoded A fragment) and its h layout (rows at the pairs' sorted positions), so its
+// down projection and sums run unchanged. Why: pf_kernel decodes each IQ2_XXS weight to f32
+// (~11 instructions a weight), which bound the prefill MoE (5.1 ms a layer at pp512 on the H100,
+// against ~0.6 ms of expert weights); the grouped body builds bf16 A fragments by byte permutes
+// (~3). Only for inputs of bf16 values (model numerics: the FP8 act-quant round trip); others
+// would take three passes per token (stage_inputs), where pf_kernel is faster.
+constexpr int kPfCols = kTok;
+constexpr size_t kPfStaticSmem = sizeof(float) * kWarps * kPfCols * 32 + 1024;  // red, the item's rows
+bool iq2_gate_up_prefill_ok(DeviceContext& ctx, const WeightView& w1, int64_t K) {
+  return w1.type == WType::GGML_BLOCK && w1.ggml == GgmlType::IQ2_XXS && K % 256 == 0 &&
+         iq2_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
+}
+bool q2k_down_prefill_ok(DeviceContext& ctx, const WeightView& w2, int64_t K) {
+  return w2.type == WType::GGML_BLOCK && w2.ggml == GgmlType::Q2_K && K % 256 == 0 &&
+         q2k_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
+}
+void iq2_gate_up_prefill(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, int E, const float* x,
+                         int k, const float* weight, float limit, const GroupedItems& gi, int64_t item_bound,
+                         int ksplit, float* h) {
+  FastArgs a{};
+  a.wa[0] = static_cast<const uint8_t*>(w1.data), a.wb[0] = static_cast<const uint8_t*>(w3.data);
+  a.x = x, a.weight = weight, a.out = h, a.rows = w1.rows / E, a.K = w1.cols, a.k = k, a.E = E, a.limit = limit;
+  split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
+  const size_t smem = iq2_smem(a.K, kPfCols);
+  const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel<kPfCols, true>);
+  ctx.ensure_dynamic_smem(kern, smem);
+  const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
+  const dim3 grid(static_cast<unsigned>((a.rows + 16 * a.TR - 1) / (16 * a.TR)), static_cast<unsigned>(item_bound));
+  void* args[] = {&a, const_cast<GroupedItems*>(&gi), &wa_end, &wb_end};
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
+}
+
+// Prefill down projection of Q2_K experts on the grouped body: h and d rows at the pairs' sorted
+// positions (pf_kernel's layout; moe_reduce_kernel adds them). As iq2_gate_up_prefill: the
+// generic kernel's f32 decode of each weight bound it; inputs of bf16 values (model numerics).
+void q2k_down_prefill(DeviceContext& ctx, const WeightView& w2, int E, int k, const float* h, const GroupedItems& gi,
+                      int64_t item_bound, int ksplit, float* d) {
+  FastArgs a{};
+  a.wa[0] = a.wb[0] = static_cast<const uint8_t*>(w2.data);
+  a.x = h, a.out = d, a.rows = w2.rows / E, a.K = w2.cols, a.k = k, a.E = E;
+  split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
+  const size_t smem = q2k_smem(a.K, kPfCols);
+  const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel<kPfCols, true>);
+  ctx.ensure_dynamic_smem(kern, smem);
+  const uint8_t* w_end = a.wa[0] + w2.data_bytes();
+  const dim3 grid(static_cast<unsigned>((a.rows + 32 * a.TR - 1) / (32 * a.TR)), static_cast<unsigned>(item_bound));
+  void* args[] = {&a, const_cast<GroupedItems*>(&gi), &w_end};
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
 }
 
 }  // namespace

@@ -50,9 +50,9 @@ constexpr bool iq2_sign_add_spreads() {
 }
 static_assert(iq2_sign_add_spreads(), "IQ2_XXS signs: the multiply must put sign j at bit 8j + 5 only");
 
-// Dynamic shared memory: [tables][B columns: K/16 k-groups x kBCols x 32 B][ring][16 B pad].
-size_t iq2_smem(int64_t K) {
-  return kIq2Tables + static_cast<size_t>(K) * 2 * kBCols + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
+// Dynamic shared memory: [tables][B columns: K/16 k-groups x NC x 32 B][ring][16 B pad].
+size_t iq2_smem(int64_t K, int NC = kBCols) {
+  return kIq2Tables + static_cast<size_t>(K) * 2 * NC + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
 }
 
 // The IQ2_XXS grid's magnitudes 8, 25, 43 (codes 0..2) and their bf16 bits 0x4100, 0x41C8,
@@ -91,17 +91,19 @@ struct Iq2Order {
   __device__ int64_t operator()(int64_t G, int c) const { return 32 * (G >> 1) + 8 * c + 4 * (G & 1); }
 };
 
-// One block's slice of expert e against cnt input rows xs (cnt <= BC): every warp's column sums
-// of its rows into red (columns_to_red's layout), then epi(first row, rows) after a barrier, once
-// when every x is a bf16 value (one term per column), else once per row (three terms each).
-template <int BC, class Epi>
+// One block's slice of expert e against cnt input rows xs (cnt <= BC <= NC, the staged columns:
+// NT = NC / 8 rounded up mma n-tiles): every warp's column sums of its rows into red
+// (columns_to_red's layout), then epi(first row, rows) after a barrier, once when every x is a
+// bf16 value (one term per column), else once per row (three terms each).
+template <int BC, int NC, class Epi>
 __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_end, const uint8_t* wb_end,
                                          uint8_t* smem, float* red, int e, const float* const* xs, int cnt,
                                          Epi&& epi) {
-  static_assert(BC >= 1 && BC <= kBCols, "iq2_body: 1..kBCols columns");
+  static_assert(BC >= 1 && BC <= NC, "iq2_body: 1..NC columns");
+  constexpr int NT = (NC + 7) / 8;
   uint64_t* gtab = reinterpret_cast<uint64_t*>(smem);  // grid entry -> element j's selector byte j
   uint2* bs = reinterpret_cast<uint2*>(smem + kIq2Tables);
-  uint8_t* rings = smem + kIq2Tables + a.K * 2 * kBCols;
+  uint8_t* rings = smem + kIq2Tables + a.K * 2 * NC;
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
     const uint64_t ge = c_iq2xxs_grid.v[i];
     uint64_t sel = 0;
@@ -137,16 +139,16 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   ring.prime(fill);
   // The columns go to shared memory while the first steps load (the barrier also publishes the
   // tables).
-  const bool three = stage_inputs<BC>(bs, nullptr, xs, cnt, K, Iq2Order{});
+  const bool three = stage_inputs<BC, NC>(bs, nullptr, xs, cnt, K, Iq2Order{});
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
   for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
     if (pass > 0) {
       ring.prime(fill);
-      stage_columns(bs, nullptr, xs + pass, 1, true, K, Iq2Order{});
+      stage_columns<NC>(bs, nullptr, xs + pass, 1, true, K, Iq2Order{});
       __syncthreads();
     }
-    float acc[2][2][2] = {};  // [f][h][p]: rows g + 8h of matrix f, column 2c + p
+    float acc[NT][2][2][2] = {};  // [nt][f][h][p]: rows g + 8h of matrix f, column 8 nt + 2c + p
     ring.run(fill, [&](int64_t b, const uint8_t* st8) {
       const uint32_t* st = reinterpret_cast<const uint32_t*>(st8);
       int off[2][2];
@@ -155,10 +157,11 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
         off[f][h] = (16 * f + g + 8 * h) * kIq2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 66 * b) & 15);
         d[f][h] = BlockIn{st, off[f][h]}.f16(0);
       }
-      const uint2* bu = bs + b * 16 * kBCols * 4 + g * 4 + c;  // unit 8b + u, mma m: + (2u + m) * kBCols * 4
+      const uint2* bu = bs + b * 16 * NC * 4 + g * 4 + c;  // unit 8b + u, mma m, tile nt: + ((2u + m) NC + 8 nt) * 4
       HS_UNROLL for (int u = 0; u < 8; ++u) {
-        uint2 bm[2];
-        HS_UNROLL for (int m = 0; m < 2; ++m) bm[m] = g < kBCols ? bu[(2 * u + m) * kBCols * 4] : make_uint2(0u, 0u);
+        uint2 bm[NT][2];
+        HS_UNROLL for (int nt = 0; nt < NT; ++nt) HS_UNROLL for (int m = 0; m < 2; ++m)
+          bm[nt][m] = g + 8 * nt < NC ? bu[((2 * u + m) * NC + 8 * nt) * 4] : make_uint2(0u, 0u);
         HS_UNROLL for (int f = 0; f < 2; ++f) {
           uint32_t A[2][4];
           float db[2];
@@ -176,15 +179,17 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
             // d (0.5 + ls) / 4 rounded once, as the CPU's (d (0.5 + ls)) / 4.
             db[h] = d[f][h] * fmaf(uint_f(w1 >> 28), 0.25f, 0.125f);
           }
-          float cf[4] = {0.f, 0.f, 0.f, 0.f};
-          HS_UNROLL for (int m = 0; m < 2; ++m)
-            mma_bf16(cf, A[0][2 * m], A[1][2 * m], A[0][2 * m + 1], A[1][2 * m + 1], bm[m].x, bm[m].y);
-          HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p)
-            acc[f][h][p] = fmaf(db[h], cf[2 * h + p], acc[f][h][p]);
+          HS_UNROLL for (int nt = 0; nt < NT; ++nt) {
+            float cf[4] = {0.f, 0.f, 0.f, 0.f};
+            HS_UNROLL for (int m = 0; m < 2; ++m)
+              mma_bf16(cf, A[0][2 * m], A[1][2 * m], A[0][2 * m + 1], A[1][2 * m + 1], bm[nt][m].x, bm[nt][m].y);
+            HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p)
+              acc[nt][f][h][p] = fmaf(db[h], cf[2 * h + p], acc[nt][f][h][p]);
+          }
         }
       }
     });
-    columns_to_red<BC>(acc, three, red + (ks * a.TR + tr) * BC * 32);
+    HS_UNROLL for (int nt = 0; nt < NT; ++nt) columns_to_red<BC>(acc[nt], three, red + (ks * a.TR + tr) * BC * 32, nt);
     __syncthreads();
     epi(three ? pass : 0, three ? 1 : cnt);
     __syncthreads();  // red and the columns are rewritten by the next pass
@@ -217,7 +222,7 @@ __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, co
   } else {
     __syncthreads();  // s_e
     const float* xrow = a.x + static_cast<int64_t>(sl.t) * a.K;
-    iq2_body<1>(a, wa_end, wb_end, smem, red, s_e, &xrow, 1,
+    iq2_body<1, kBCols>(a, wa_end, wb_end, smem, red, s_e, &xrow, 1,
                 [&](int, int) { fast_epilogue<true>(a, red, row0, sl, s_rank, s_w); });
   }
 }

@@ -32,11 +32,11 @@ constexpr int kQ2Row = 96;             // staged bytes per row and step
 constexpr int kQ2Slot = 32 * kQ2Row;   // one step of a warp's 32 rows
 constexpr int kQ2Depth = 3;            // ring slots per warp
 
-// Dynamic shared memory: [B columns: K/16 sub-blocks x kBCols x 32 B][their sums: K/16 x kBCols
+// Dynamic shared memory: [B columns: K/16 sub-blocks x NC x 32 B][their sums: K/16 x NC
 // floats][ring][16 B over-read pad].
-size_t q2k_smem(int64_t K) {
-  return static_cast<size_t>(K) * 2 * kBCols + static_cast<size_t>(K / 16) * kBCols * 4 +
-         size_t{kWarps} * kQ2Depth * kQ2Slot + 16;
+size_t q2k_smem(int64_t K, int NC = kBCols) {
+  return static_cast<size_t>(K) * 2 * NC + static_cast<size_t>(K / 16) * NC * 4 + size_t{kWarps} * kQ2Depth * kQ2Slot +
+         16;
 }
 
 // bf16 bits of 0, 1, 2, 3: low bytes 00 80 00 40, high bytes 00 3F 40 40 (palette bytes 0..3, 4..7).
@@ -47,16 +47,19 @@ struct Q2kOrder {
   __device__ int64_t operator()(int64_t S, int c) const { return 16 * S + 4 * c; }
 };
 
-// One block's slice of expert e of w2 against cnt input rows xs (cnt <= BC): every warp's column
-// sums of its 32 rows into red (columns_to_red's layout), then epi(first row, rows) after a
-// barrier, once when every h is a bf16 value (one term per column), else once per row.
-template <int BC, class Epi>
+// One block's slice of expert e of w2 against cnt input rows xs (cnt <= BC <= NC, the staged
+// columns: NT = NC / 8 rounded up mma n-tiles): every warp's column sums of its 32 rows into red
+// (columns_to_red's layout), then epi(first row, rows) after a barrier, once when every h is a
+// bf16 value (one term per column), else once per row.
+template <int BC, int NC, class Epi>
 __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end, uint8_t* smem, float* red, int e,
                                          const float* const* xs, int cnt, Epi&& epi) {
-  static_assert(BC >= 1 && BC <= kBCols, "q2k_body: 1..kBCols columns");
+  static_assert(BC >= 1 && BC <= NC, "q2k_body: 1..NC columns");
+  constexpr int NT = (NC + 7) / 8;
+  constexpr bool kWide = NC > kBCols;  // prefill's items: each lane its own columns' min terms
   uint2* bs = reinterpret_cast<uint2*>(smem);
-  float* sx = reinterpret_cast<float*>(smem + a.K * 2 * kBCols);
-  uint8_t* rings = smem + a.K * 2 * kBCols + a.K / 16 * kBCols * 4;
+  float* sx = reinterpret_cast<float*>(smem + a.K * 2 * NC);
+  uint8_t* rings = smem + a.K * 2 * NC + a.K / 16 * NC * 4;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int tr = warp % a.TR, ks = warp / a.TR;
   const int64_t K = a.K, nb = K / 256, rb = nb * 84;
@@ -75,7 +78,7 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   };
   const WarpRing<kQ2Depth> ring{wring, kQ2Slot, J0, J1};
   ring.prime(fill);
-  const bool three = stage_inputs<BC>(bs, sx, xs, cnt, K, Q2kOrder{});
+  const bool three = stage_inputs<BC, NC>(bs, sx, xs, cnt, K, Q2kOrder{});
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row 16 f + g + 8 h of the span
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
   // The min terms of one row (BC = 1): lane c takes sub-blocks c + 4 i (scale byte c of word i)
@@ -87,10 +90,12 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
     if (pass > 0) {
       ring.prime(fill);
-      stage_columns(bs, sx, xs + pass, 1, true, K, Q2kOrder{});
+      stage_columns<NC>(bs, sx, xs + pass, 1, true, K, Q2kOrder{});
       __syncthreads();
     }
-    float acc[2][2][2] = {}, accm[2][2][MC] = {};  // [f][h][p]: rows 16 f + g + 8 h, column 2c + p / mc + p
+    // [nt][f][h][p]: rows 16 f + g + 8 h, column 8 nt + 2c + p; accm: the min terms of columns
+    // mc + p (narrow) or of the lane's own columns (wide).
+    float acc[NT][2][2][2] = {}, accm[2][2][MC] = {}, accw[kWide ? NT : 1][2][2][2] = {};
     ring.run(fill, [&](int64_t b, const uint8_t* st) {
       const uint32_t* st32 = reinterpret_cast<const uint32_t*>(st);
       int off[2][2];  // the block's byte offset in the slot (a multiple of 4)
@@ -104,29 +109,46 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
         dmin[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd >> 16));
         HS_UNROLL for (int i = 0; i < 4; ++i) sw[f][h][i] = st32[(off[f][h] >> 2) + i];
       }
-      HS_UNROLL for (int i = 0; i < MS; ++i) {
-        const int S = BC == 1 ? c + 4 * i : (c >> 1) + 2 * i;
-        float hs[MC];  // the sub-block's sums of columns mc.. inputs
-        if constexpr (MC == 2) {
-          const float2 v = *reinterpret_cast<const float2*>(sx + (b * 16 + S) * kBCols + mc);
-          hs[0] = v.x, hs[MC - 1] = v.y;
-        } else {
-          hs[0] = sx[(b * 16 + S) * kBCols];
+      if constexpr (kWide) {
+        HS_UNROLL for (int S = 0; S < 16; ++S) {
+          float2 hs[NT];  // the sub-block's sums of this lane's columns
+          HS_UNROLL for (int nt = 0; nt < NT; ++nt)
+            hs[nt] = *reinterpret_cast<const float2*>(sx + (b * 16 + S) * NC + 8 * nt + 2 * c);
+          HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+            const float ml = dmin[f][h] * uint_f((sw[f][h][S >> 2] >> (8 * (S & 3) + 4)) & 15u);
+            HS_UNROLL for (int nt = 0; nt < NT; ++nt) {
+              accw[nt][f][h][0] = fmaf(-ml, hs[nt].x, accw[nt][f][h][0]);
+              accw[nt][f][h][1] = fmaf(-ml, hs[nt].y, accw[nt][f][h][1]);
+            }
+          }
         }
-        HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-          const uint32_t scw = BC == 1 ? sw[f][h][i] >> (8 * c) : sw[f][h][i >> 1] >> (8 * (2 * (i & 1) + (c >> 1)));
-          const float ml = dmin[f][h] * uint_f((scw >> 4) & 15u);
-          HS_UNROLL for (int j = 0; j < MC; ++j) accm[f][h][j] = fmaf(-ml, hs[j], accm[f][h][j]);
+      } else {
+        HS_UNROLL for (int i = 0; i < MS; ++i) {
+          const int S = BC == 1 ? c + 4 * i : (c >> 1) + 2 * i;
+          float hs[MC];  // the sub-block's sums of columns mc.. inputs
+          if constexpr (MC == 2) {
+            const float2 v = *reinterpret_cast<const float2*>(sx + (b * 16 + S) * kBCols + mc);
+            hs[0] = v.x, hs[MC - 1] = v.y;
+          } else {
+            hs[0] = sx[(b * 16 + S) * kBCols];
+          }
+          HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+            const uint32_t scw = BC == 1 ? sw[f][h][i] >> (8 * c) : sw[f][h][i >> 1] >> (8 * (2 * (i & 1) + (c >> 1)));
+            const float ml = dmin[f][h] * uint_f((scw >> 4) & 15u);
+            HS_UNROLL for (int j = 0; j < MC; ++j) accm[f][h][j] = fmaf(-ml, hs[j], accm[f][h][j]);
+          }
         }
       }
-      const uint2* bb = bs + b * 16 * kBCols * 4 + g * 4 + c;  // sub-block S of the block: + S * kBCols * 4
+      const uint2* bb = bs + b * 16 * NC * 4 + g * 4 + c;  // sub-block S, tile nt: + (S * NC + 8 nt) * 4
       HS_UNROLL for (int nh = 0; nh < 4; ++nh) {  // 128-element half n = nh / 2, 16-byte half nh % 2
         uint32_t wq[2][2];
         HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h)
           wq[f][h] = st32[((off[f][h] + 16 + 16 * nh) >> 2) + c];
         HS_UNROLL for (int j = 0; j < 4; ++j) {
           const int S = 8 * (nh >> 1) + 2 * j + (nh & 1);
-          const uint2 bm = g < kBCols ? bb[S * kBCols * 4] : make_uint2(0u, 0u);
+          uint2 bm[NT];
+          HS_UNROLL for (int nt = 0; nt < NT; ++nt)
+            bm[nt] = g + 8 * nt < NC ? bb[(S * NC + 8 * nt) * 4] : make_uint2(0u, 0u);
           HS_UNROLL for (int f = 0; f < 2; ++f) {
             uint32_t lo[2], hi[2];
             float dl[2];
@@ -137,10 +159,12 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
               hi[h] = __byte_perm(kQ2PalLo, kQ2PalHi, sel >> 16);  // elements 4c+2, 4c+3
               dl[h] = d[f][h] * uint_f((sw[f][h][S >> 2] >> (8 * (S & 3))) & 15u);
             }
-            float cf[4] = {0.f, 0.f, 0.f, 0.f};
-            mma_bf16(cf, lo[0], lo[1], hi[0], hi[1], bm.x, bm.y);
-            HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p)
-              acc[f][h][p] = fmaf(dl[h], cf[2 * h + p], acc[f][h][p]);
+            HS_UNROLL for (int nt = 0; nt < NT; ++nt) {
+              float cf[4] = {0.f, 0.f, 0.f, 0.f};
+              mma_bf16(cf, lo[0], lo[1], hi[0], hi[1], bm[nt].x, bm[nt].y);
+              HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int p = 0; p < 2; ++p)
+                acc[nt][f][h][p] = fmaf(dl[h], cf[2 * h + p], acc[nt][f][h][p]);
+            }
           }
         }
       }
@@ -149,20 +173,24 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
     // butterfly, in lane c = 0, before the terms are added up: a bf16 row gives the one-term
     // bits); several rows' column 2c + p (lanes c & 1 and (c & 1) + 2 in that order, for c < 2;
     // lanes c >= 2 hold only the zero columns 4..7).
+    // Wide: each lane adds its own columns' min terms.
     HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-      if constexpr (BC == 1) {
+      if constexpr (kWide) {
+        HS_UNROLL for (int nt = 0; nt < NT; ++nt) HS_UNROLL for (int p = 0; p < 2; ++p)
+          acc[nt][f][h][p] += accw[nt][f][h][p];
+      } else if constexpr (BC == 1) {
         float m = accm[f][h][0];
         m += __shfl_xor_sync(kFullMask, m, 1);
         m += __shfl_xor_sync(kFullMask, m, 2);
-        if (c == 0) acc[f][h][0] += m;
+        if (c == 0) acc[0][f][h][0] += m;
       } else {
         HS_UNROLL for (int p = 0; p < 2; ++p) {
           const float other = __shfl_xor_sync(kFullMask, accm[f][h][p], 2);
-          acc[f][h][p] += c < 2 ? accm[f][h][p] + other : 0.f;
+          acc[0][f][h][p] += c < 2 ? accm[f][h][p] + other : 0.f;
         }
       }
     }
-    columns_to_red<BC>(acc, three, red + (ks * a.TR + tr) * BC * 32);
+    HS_UNROLL for (int nt = 0; nt < NT; ++nt) columns_to_red<BC>(acc[nt], three, red + (ks * a.TR + tr) * BC * 32, nt);
     __syncthreads();
     epi(three ? pass : 0, three ? 1 : cnt);
     __syncthreads();  // red and the columns are rewritten by the next pass
@@ -193,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 2) q2k_down_kernel(FastArgs a, const
     return;
   }
   const float* xrow = a.x + static_cast<int64_t>(sl.q) * a.K;
-  q2k_body<1>(a, w_end, smem, red, s_e, &xrow, 1, [&](int, int) { fast_epilogue<false>(a, red, row0, sl, s_rank, s_w); });
+  q2k_body<1, kBCols>(a, w_end, smem, red, s_e, &xrow, 1, [&](int, int) { fast_epilogue<false>(a, red, row0, sl, s_rank, s_w); });
 }
 
 // Whether the down projection takes this kernel: Q2_K blocks, whole 256-element rows, no shared
