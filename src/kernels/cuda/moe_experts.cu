@@ -616,18 +616,19 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
     set_weights(p, w1, w3);
     p.x = x, p.perm = perm, p.weight = weight, p.items = items, p.n_items = n_items, p.out = h;
     p.rows = I, p.cols = D, p.k = k, p.n_rt = static_cast<int>((I + 127) / 128), p.limit = limit;
-    // IQ2_XXS gate/up with inputs of bf16 values (model numerics): the grouped body
-    // (moe_grouped_decode.cuh), same h layout.
-    if (model && tune.grouped_prefill && mi <= 65535 && iq2_gate_up_prefill_ok(ctx, w1, D))
-      iq2_gate_up_prefill(ctx, w1, w3, E, x, k, weight, limit, GroupedItems{perm, items, n_items}, mi,
-                          tune.gate_up_ksplit, h);
+    // IQ2_XXS gate/up and Q2_K down with inputs of bf16 values (model numerics): the grouped
+    // bodies (moe_grouped_decode.cuh), same h and d layout.
+    const bool grouped_pf = model && tune.grouped_prefill && mi <= 65535;  // (grid.y: the items)
+    const GroupedItems gi{perm, items, n_items};
+    if (grouped_pf && iq2_gate_up_prefill_ok(ctx, w1, D))
+      iq2_gate_up_prefill(ctx, w1, w3, E, x, k, weight, limit, gi, mi, tune.gate_up_ksplit, h);
     else
       launch_pf<true>(ctx, w1, p, mode, p.n_rt * mi);
     if (model) act_quant_fp8(ctx, h, nk, I);
     set_weights(p, w2, w2);
     p.x = h, p.out = d, p.rows = D, p.cols = I, p.n_rt = static_cast<int>((D + 255) / 256);
-    if (model && tune.grouped_prefill && mi <= 65535 && q2k_down_prefill_ok(ctx, w2, I))  // Q2_K: as gate/up
-      q2k_down_prefill(ctx, w2, E, k, h, GroupedItems{perm, items, n_items}, mi, tune.down_ksplit, d);
+    if (grouped_pf && q2k_down_prefill_ok(ctx, w2, I))
+      q2k_down_prefill(ctx, w2, E, k, h, gi, mi, tune.down_ksplit, d);
     else
       launch_pf<false>(ctx, w2, p, mode, p.n_rt * mi);
   }

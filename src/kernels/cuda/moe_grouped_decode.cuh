@@ -90,6 +90,35 @@ __global__ void __launch_bounds__(kThreads, NC > kBCols ? 1 : 2) q2k_down_groupe
                    [&](int j0, int nc) { columns_epilogue<false, NC>(a, red, row0, nc, s_orow + j0, s_w + j0); });
 }
 
+// The grouped launches, decode's (items of kBCols tokens) and prefill's (kPfCols, SORTED): a holds
+// the weights at wa[0] (gate/up: w3 at wb[0]), x, out, rows and K (gate/up: weight, limit; decode:
+// idx, E, k); kGroupedKsplit K-splits (ksplit > 0: forced), the rest of the block's warps row
+// spans of 32 rows (gate/up: 16 of w1 and the same 16 of w3).
+template <int NC, bool SORTED>
+void iq2_grouped_launch(DeviceContext& ctx, FastArgs a, const GroupedItems& gi, int64_t item_bound,
+                        const WeightView& w1, const WeightView& w3, int ksplit) {
+  split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
+  const size_t smem = iq2_smem(a.K, NC);
+  const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel<NC, SORTED>);
+  ctx.ensure_dynamic_smem(kern, smem);
+  const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
+  const dim3 grid(static_cast<unsigned>((a.rows + 16 * a.TR - 1) / (16 * a.TR)), static_cast<unsigned>(item_bound));
+  void* args[] = {&a, const_cast<GroupedItems*>(&gi), &wa_end, &wb_end};
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
+}
+template <int NC, bool SORTED>
+void q2k_grouped_launch(DeviceContext& ctx, FastArgs a, const GroupedItems& gi, int64_t item_bound,
+                        const WeightView& w2, int ksplit) {
+  split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
+  const size_t smem = q2k_smem(a.K, NC);
+  const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel<NC, SORTED>);
+  ctx.ensure_dynamic_smem(kern, smem);
+  const uint8_t* w_end = a.wa[0] + w2.data_bytes();
+  const dim3 grid(static_cast<unsigned>((a.rows + 32 * a.TR - 1) / (32 * a.TR)), static_cast<unsigned>(item_bound));
+  void* args[] = {&a, const_cast<GroupedItems*>(&gi), &w_end};
+  launch(ctx, kern, grid, dim3(kThreads), smem, args);
+}
+
 // Whether the grouped decode takes these experts: IQ2_XXS gate/up, Q2_K down, whole 256-element
 // rows, the staging fits in shared memory (the shared expert may have any type).
 bool grouped_decode_ok(DeviceContext& ctx, const WeightView& w1, const WeightView& w2, int64_t D, int64_t I) {
@@ -121,23 +150,12 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
   launch(ctx, moe_sort_kernel, 1, 1024, 0, idx, static_cast<int>(nk), E, ws.perm, ws.pos, ws.items, ws.n_items,
                                                 kBCols);
   const GroupedItems gi{ws.perm, ws.items, ws.n_items};
-  const unsigned item_bound = static_cast<unsigned>(nk);  // every item holds a pair
+  const int64_t item_bound = nk;  // every item holds a pair
   auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
   FastArgs a{};
   a.idx = idx, a.weight = weight, a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.limit = limit;
-  // Gate/up: 32 rows (16 of w1, 16 of w3) per row span, kGroupedKsplit K-splits (MoeTuning:
-  // forced), the rest of the block's warps row spans.
   a.wa[0] = u8(w1.data), a.wb[0] = u8(w3.data), a.x = x, a.out = ws.h, a.rows = I, a.K = D;
-  {
-    split_warps(a, D / 256, kGroupedKsplit, tune.gate_up_ksplit);
-    const size_t smem = iq2_smem(D);
-    const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel<kBCols, false>);
-    ctx.ensure_dynamic_smem(kern, smem);
-    const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
-    const dim3 grid(static_cast<unsigned>((I + 16 * a.TR - 1) / (16 * a.TR)), item_bound);
-    void* args[] = {&a, const_cast<GroupedItems*>(&gi), &wa_end, &wb_end};
-    launch(ctx, kern, grid, dim3(kThreads), smem, args);
-  }
+  iq2_grouped_launch<kBCols, false>(ctx, a, gi, item_bound, w1, w3, tune.gate_up_ksplit);
   float* hs = ws.h + nk * I;
   if (shared) {
     shared_matmul(ctx, shared->w1, x, n, ws.gs);
@@ -145,18 +163,8 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
     swiglu_clamp(ctx, ws.gs, ws.us, n * I, limit, hs);
   }
   if (model) act_quant_fp8(ctx, ws.h, nk + (shared ? n : 0), I);  // the FP8 round trip of the down inputs
-  // Down: 32 rows per span, the same split.
   a.wa[0] = a.wb[0] = u8(w2.data), a.x = ws.h, a.out = ws.d, a.rows = D, a.K = I, a.weight = nullptr;
-  {
-    split_warps(a, I / 256, kGroupedKsplit, tune.down_ksplit);
-    const size_t smem = q2k_smem(I);
-    const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel<kBCols, false>);
-    ctx.ensure_dynamic_smem(kern, smem);
-    const uint8_t* w_end = a.wa[0] + w2.data_bytes();
-    const dim3 grid(static_cast<unsigned>((D + 32 * a.TR - 1) / (32 * a.TR)), item_bound);
-    void* args[] = {&a, const_cast<GroupedItems*>(&gi), &w_end};
-    launch(ctx, kern, grid, dim3(kThreads), smem, args);
-  }
+  q2k_grouped_launch<kBCols, false>(ctx, a, gi, item_bound, w2, tune.down_ksplit);
   if (shared) shared_matmul(ctx, shared->w2, hs, n, ws.d + nk * D);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(n));
@@ -174,12 +182,10 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
 constexpr int kPfCols = kTok;
 constexpr size_t kPfStaticSmem = sizeof(float) * kWarps * kPfCols * 32 + 1024;  // red, the item's rows
 bool iq2_gate_up_prefill_ok(DeviceContext& ctx, const WeightView& w1, int64_t K) {
-  return w1.type == WType::GGML_BLOCK && w1.ggml == GgmlType::IQ2_XXS && K % 256 == 0 &&
-         iq2_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
+  return iq2_gate_up_ok(ctx, w1, K) && iq2_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
 }
 bool q2k_down_prefill_ok(DeviceContext& ctx, const WeightView& w2, int64_t K) {
-  return w2.type == WType::GGML_BLOCK && w2.ggml == GgmlType::Q2_K && K % 256 == 0 &&
-         q2k_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
+  return q2k_down_ok(ctx, w2, nullptr, K) && q2k_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
 }
 void iq2_gate_up_prefill(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, int E, const float* x,
                          int k, const float* weight, float limit, const GroupedItems& gi, int64_t item_bound,
@@ -187,14 +193,7 @@ void iq2_gate_up_prefill(DeviceContext& ctx, const WeightView& w1, const WeightV
   FastArgs a{};
   a.wa[0] = static_cast<const uint8_t*>(w1.data), a.wb[0] = static_cast<const uint8_t*>(w3.data);
   a.x = x, a.weight = weight, a.out = h, a.rows = w1.rows / E, a.K = w1.cols, a.k = k, a.E = E, a.limit = limit;
-  split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
-  const size_t smem = iq2_smem(a.K, kPfCols);
-  const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel<kPfCols, true>);
-  ctx.ensure_dynamic_smem(kern, smem);
-  const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
-  const dim3 grid(static_cast<unsigned>((a.rows + 16 * a.TR - 1) / (16 * a.TR)), static_cast<unsigned>(item_bound));
-  void* args[] = {&a, const_cast<GroupedItems*>(&gi), &wa_end, &wb_end};
-  launch(ctx, kern, grid, dim3(kThreads), smem, args);
+  iq2_grouped_launch<kPfCols, true>(ctx, a, gi, item_bound, w1, w3, ksplit);
 }
 
 // Prefill down projection of Q2_K experts on the grouped body: h and d rows at the pairs' sorted
@@ -205,14 +204,7 @@ void q2k_down_prefill(DeviceContext& ctx, const WeightView& w2, int E, int k, co
   FastArgs a{};
   a.wa[0] = a.wb[0] = static_cast<const uint8_t*>(w2.data);
   a.x = h, a.out = d, a.rows = w2.rows / E, a.K = w2.cols, a.k = k, a.E = E;
-  split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
-  const size_t smem = q2k_smem(a.K, kPfCols);
-  const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel<kPfCols, true>);
-  ctx.ensure_dynamic_smem(kern, smem);
-  const uint8_t* w_end = a.wa[0] + w2.data_bytes();
-  const dim3 grid(static_cast<unsigned>((a.rows + 32 * a.TR - 1) / (32 * a.TR)), static_cast<unsigned>(item_bound));
-  void* args[] = {&a, const_cast<GroupedItems*>(&gi), &w_end};
-  launch(ctx, kern, grid, dim3(kThreads), smem, args);
+  q2k_grouped_launch<kPfCols, true>(ctx, a, gi, item_bound, w2, ksplit);
 }
 
 }  // namespace
