@@ -295,6 +295,10 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnArgs a) {
   const int64_t n_rows = a.rows.n_rows ? a.rows.n_rows[t] : a.rows.rows_ld;
   const int64_t r_begin = static_cast<int64_t>(split) * a.rows_per_split;
   const int64_t r_end = min64(n_rows, r_begin + a.rows_per_split);
+  // The splits are sized by the row capacity (the host does not know a step's row counts); a
+  // split past this query's rows writes nothing, and attn_combine_kernel reads only the splits
+  // that hold rows (an empty split's partial was m = -inf, which the merge skipped anyway).
+  if (r_begin >= n_rows && split > 0) return;
   const int32_t* rl = a.rows.rows + t * a.rows.rows_ld;
 
   for (int64_t i = threadIdx.x; i < kAttnHeads * hd4; i += blockDim.x) {
@@ -387,12 +391,16 @@ __global__ void __launch_bounds__(kAttnThreads) attn_split_kernel(AttnArgs a) {
 
 // Merge the splits of one (query, head) with the sink: softmax over [scores, sink], sink dropped.
 __global__ void attn_combine_kernel(const float* partial, int n_splits, int64_t heads, int64_t hd, const float* sinks,
-                                    float* out) {
+                                    const int32_t* n_rows, int rows_per_split, float* out) {
   pdl_enter();
   const int64_t t = blockIdx.y, h = blockIdx.x;
   const int64_t pstride = hd + 2;
   const float* base = partial + (t * n_splits * heads + h) * pstride;
   const int64_t split_stride = heads * pstride;
+  if (n_rows) {  // the splits attn_split_kernel wrote: those holding rows (split 0 always)
+    const int64_t used = (static_cast<int64_t>(n_rows[t]) + rows_per_split - 1) / rows_per_split;
+    n_splits = static_cast<int>(used < 1 ? 1 : used < n_splits ? used : n_splits);
+  }
   float M = sinks[h];
   for (int s = 0; s < n_splits; ++s) M = fmaxf(M, base[s * split_stride]);
   float den = expf(sinks[h] - M);
@@ -468,7 +476,8 @@ void attention_sink(DeviceContext& ctx, const float* q, int64_t nq, int64_t head
   const dim3 grid(static_cast<unsigned>(n_splits), static_cast<unsigned>((heads + kAttnHeads - 1) / kAttnHeads),
                   static_cast<unsigned>(nq));
   launch(ctx, attn_split_kernel, grid, kAttnThreads, smem, a);
-  launch(ctx, attn_combine_kernel, dim3(static_cast<unsigned>(heads), static_cast<unsigned>(nq)), 128, 0, a.partial, n_splits, heads, hd, sinks, out);
+  launch(ctx, attn_combine_kernel, dim3(static_cast<unsigned>(heads), static_cast<unsigned>(nq)), 128, 0, a.partial,
+         n_splits, heads, hd, sinks, rows.n_rows, rps, out);
 }
 
 }  // namespace hs::cuda
