@@ -160,4 +160,76 @@ TEST(Iq2S8, FragmentPlacementGivesEachRowsDotProducts) {
   }
 }
 
+// The kernel's column maps (iq2s8::Cols) for 1 and 4 input rows: digits staged at their stored
+// columns, each lane's B fragment read through lane_col, the tiles multiplied by the mma model
+// and combined as the kernel does (digit 0 + 128 x digit 1 + 16384 x digit 2 from the lanes that
+// hold them) equal each weight row's dot product with each input row.
+template <int BC>
+void check_columns(std::mt19937& rng) {
+  using C = iq2s8::Cols<BC>;
+  uint8_t grid[16][4], sign[16][4];
+  int32_t X[BC][32];
+  for (auto& r : grid)
+    for (auto& v : r) v = static_cast<uint8_t>(rng() & 255u);
+  for (auto& r : sign)
+    for (auto& v : r) v = static_cast<uint8_t>(rng() & 127u);
+  for (auto& r : X)
+    for (auto& v : r) v = static_cast<int32_t>(rng() % (2 * iq2s8::kMaxInput - 1)) - iq2s8::kMaxInput + 1;
+  // Staged unit: stored column s, element e -> digit.
+  int8_t st[C::kStored][32] = {};
+  for (int j = 0; j < BC; ++j)
+    for (int e = 0; e < 32; ++e) {
+      int8_t d[3];
+      iq2s8::digits(X[j][e], d);
+      for (int dd = 0; dd < 3; ++dd) st[C::stored(j, dd)][e] = d[dd];
+    }
+  int64_t C32[C::kTiles][16][8];
+  for (int nt = 0; nt < C::kTiles; ++nt) {
+    Frag f{};
+    for (int lane = 0; lane < 32; ++lane) {
+      const int g = lane / 4, c = lane % 4;
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t pos = qtab::kIq2xxsGrid[grid[g + 8 * h][c]];
+        uint32_t w[2];
+        iq2s8::signed_group(pos, iq2s8::negated(pos), iq2s8::sign_selectors(sign[g + 8 * h][c]), w);
+        f.a[lane][h] = w[0], f.a[lane][2 + h] = w[1];
+      }
+      const int col = C::lane_col(nt, g);
+      for (int half = 0; half < 2; ++half) {
+        uint32_t v = 0;
+        for (int i = 0; i < 4; ++i)
+          v |= static_cast<uint32_t>(static_cast<uint8_t>(col >= 0 ? st[col][8 * c + 4 * half + i] : 0)) << (8 * i);
+        f.b[lane][half] = v;
+      }
+    }
+    int32_t out[16][8];
+    mma_s8_model(f, out);
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 8; ++n) C32[nt][r][n] = out[r][n];
+  }
+  for (int row = 0; row < 16; ++row)
+    for (int j = 0; j < BC; ++j) {
+      int64_t want = 0;
+      for (int e = 0; e < 32; ++e) {
+        const int grp = e / 8, k = e % 8;
+        const int mag = static_cast<int>((qtab::kIq2xxsGrid[grid[row][grp]] >> (8 * k)) & 255u);
+        want += static_cast<int64_t>((qtab::kKsignsIq2xs[sign[row][grp]] >> k) & 1u ? -mag : mag) * X[j][e];
+      }
+      // BC = 1: lane c = 0 holds columns 0, 1 and lane c = 1 column 2; BC = 4: lane c = j holds
+      // tile 0's columns 2j, 2j + 1 and tile 1's column 2j.
+      const int64_t got = BC == 1 ? C32[0][row][0] + 128 * C32[0][row][1] + 16384 * C32[0][row][2]
+                                  : C32[0][row][2 * j] + 128 * C32[0][row][2 * j + 1] + 16384 * C32[C::kTiles - 1][row][2 * j];
+      ASSERT_EQ(got, want) << "BC " << BC << " row " << row << " input " << j;
+      if (BC == 4) ASSERT_EQ(C32[C::kTiles - 1][row][2 * j + 1], 0) << "tile 1's odd columns are zeros";
+    }
+}
+
+TEST(Iq2S8, ColumnMapsGiveEachInputsDotProducts) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 40; ++trial) {
+    check_columns<1>(rng);
+    check_columns<4>(rng);
+  }
+}
+
 }  // namespace

@@ -1,6 +1,6 @@
 // IQ2_XXS weights and FP8-round-tripped inputs as int8 tensor-core operands: the groundwork of
 // the int8 q2 body (mma m16n8k32 s8, exact int32 sums; docs/performance.md, sessions 17-18).
-// Host and device; tests/test_quants.cpp checks every grid entry and sign field, the digits,
+// Host and device; tests/test_iq2_s8.cpp checks every grid entry and sign field, the digits,
 // and the fragment placement against a host model of the mma.
 //
 // Weights. An IQ2_XXS grid entry's bytes are its magnitudes (8, 25, 43), so they are int8
@@ -43,9 +43,16 @@ constexpr uint64_t negated(uint64_t e) {
   return r;
 }
 
+// The bytewise negation of 4 grid bytes as one subtraction: 256 - b per byte, the borrows
+// making each higher byte's -b (no byte is 0; the device's form of negated).
+HS_HD constexpr uint32_t negated_word(uint32_t w) { return 0x01010100u - w; }
+
 // Both permute selectors of a 7-bit sign field: elements 0-3 in the low 16 bits, 4-7 in the high.
-constexpr uint32_t sign_selectors(uint32_t s7) {
-  const uint32_t s = qtab::kKsignsIq2xs[s7 & 127u];
+// The 8th sign is the parity of the 7 (IQ2's ksigns table, which the tests compare against).
+HS_HD constexpr uint32_t sign_selectors(uint32_t s7) {
+  uint32_t par = 0;
+  for (uint32_t b = s7 & 127u; b; b >>= 1) par ^= b & 1u;
+  const uint32_t s = (s7 & 127u) | par << 7;
   uint32_t r = 0;
   for (uint32_t j = 0; j < 8; ++j) r |= ((j & 3u) + 4u * ((s >> j) & 1u)) << (4 * (j & 3u) + 16 * (j >> 2));
   return r;
@@ -67,8 +74,34 @@ HS_HD void signed_group(uint64_t pos, uint64_t neg, uint32_t sel, uint32_t (&w)[
 }
 
 static_assert(negated(0x0808080808080808ull) == 0xF8F8F8F8F8F8F8F8ull, "negation of 8 is -8 in every byte");
+constexpr bool negated_words_match() {
+  for (uint64_t e : qtab::kIq2xxsGrid)
+    if ((static_cast<uint64_t>(negated_word(static_cast<uint32_t>(e >> 32))) << 32 |
+         negated_word(static_cast<uint32_t>(e))) != negated(e))
+      return false;
+  return true;
+}
+static_assert(negated_words_match(), "IQ2_XXS grid: the word negation must equal the bytewise one");
 static_assert(sign_selectors(0) == 0x32103210u, "no signs: the positive word in order");
 static_assert(sign_selectors(1) == 0x72103214u, "sign 0 and its parity sign 7");
+
+// The B columns of BC input rows (1: per slot; 4: the grouped decode's items). One row: a
+// single mma n-tile, columns 0..2 its digits (lane c = 0 holds digits 0 and 1, c = 1 digit 2).
+// Four rows: tile 0 column 2j + i = row j's digit i < 2, tile 1 column 2j = row j's digit 2
+// (odd columns zero, not stored): lane c holds row c's three digits. Stored columns per unit:
+// 3 or 12 (tile 1's at 8 + j).
+template <int BC>
+struct Cols {
+  static_assert(BC == 1 || BC == 4, "int8 columns: 1 or 4 rows");
+  static constexpr int kTiles = BC == 1 ? 1 : 2;
+  static constexpr int kStored = BC == 1 ? 3 : 12;
+  HS_HD static constexpr int stored(int j, int digit) { return BC == 1 ? digit : digit < 2 ? 2 * j + digit : 8 + j; }
+  // Lane g's column of tile nt as a stored column, or -1 (zeros).
+  HS_HD static constexpr int lane_col(int nt, int g) {
+    if (BC == 1) return g < 3 ? g : -1;
+    return nt == 0 ? g : (g & 1) ? -1 : 8 + (g >> 1);
+  }
+};
 
 // ---- inputs
 

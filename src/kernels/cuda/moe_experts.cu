@@ -596,6 +596,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       FastArgs fa{};
       fa.wa[0] = ra.wa, fa.wb[0] = ra.wb, fa.x = x, fa.idx = idx, fa.weight = weight, fa.out = h;
       fa.idx_sorted = ra.idx_sorted, fa.rows = I, fa.K = D, fa.k = k, fa.E = E, fa.limit = limit;
+      fa.s8 = tune.int8_q2;  // (taken where x is an FP8 round trip: model numerics; the kernel checks)
       if (shared && shared->w1.type == WType::Q8_0) {
         auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
         fa.wa[1] = u8(shared->w1.data), fa.wb[1] = u8(shared->w3.data);
