@@ -503,7 +503,7 @@ TEST_F(BackendOps, MoeExpertsFlash) {
   }
 }
 
-// The IQ2_XXS gate/up on int8 tensor cores (MoeTuning::int8_q2; per slot at n < 8, grouped in
+// The IQ2_XXS gate/up on int8 tensor cores (MoeTuning::int8_gate_up / int8_down; per slot at n < 8, grouped in
 // items of up to 4 tokens from 8), taken where x is an FP8 round trip: in model numerics
 // against the twin and the bf16 body; in reference numerics
 // (f32 h, no FP8 rounding of h to hide a last-bit difference) against the F32 twin and the bf16
@@ -519,7 +519,7 @@ TEST_F(BackendOps, MoeExpertsQ2MixInt8) {
     const std::string name = std::string("IQ2_XXS+Q2_K") + (with_shared ? "+Q8_0" : "");
     for (int64_t n : {1, 3, 7, 8, 20}) {
       hc::MoeTuning s8 = n < 8 ? kPerSlot : hc::MoeTuning{}, bf = s8;
-      bf.int8_q2 = false;
+      bf.int8_gate_up = bf.int8_down = false;
       const Routing rt = make_routing(n, p.k, p.E, stream + n);
       const std::vector<float> xq = p.input(n, stream + 20 + n, true), x = p.input(n, stream + 20 + n);
       Bufs r(ctx(), p, xq, n, rt);
@@ -563,18 +563,20 @@ TEST_F(BackendOps, MoeExpertsQ2MixFlashTiming) {
       check("moe-decode-model", "IQ2_XXS+Q2_K+Q8_0", "Flash n=" + std::to_string(n),
             r.run(ctx(), p, n, hc::GemmMode::F32, true), p.twin(p.input(n, 48200 + n, true), n, rt, Twin::Model), 1e-2);
   }
-  // The gate/up on int8 tensor cores against the bf16 body (MoeTuning::int8_q2): per slot below
+  // The gate/up on int8 tensor cores against the bf16 body (MoeTuning::int8_gate_up / int8_down): per slot below
   // 8 tokens, grouped from 8.
   for (int64_t n : {1, 2, 4, 8, 16, 32}) {
-    hc::MoeTuning s8 = n < 8 ? kPerSlot : hc::MoeTuning{}, bf = s8;
-    bf.int8_q2 = false;
+    hc::MoeTuning s8 = n < 8 ? kPerSlot : hc::MoeTuning{}, gu = s8, bf = s8;
+    gu.int8_down = false;
+    bf.int8_gate_up = bf.int8_down = false;
     const Routing rt = make_routing(n, p.k, p.E, 48300 + n);
     const std::vector<float> xq = p.input(n, 48400 + n, true);
     Bufs r(ctx(), p, xq, n, rt);
     const double i8 = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, s8); });
+    const double g8 = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, gu); });
     const double b = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, bf); });
-    std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model %s: int8 gate/up %7.1f us, bf16 %7.1f us\n",
-                static_cast<long long>(n), n < 8 ? "per-slot" : "grouped", i8 * 1e3, b * 1e3);
+    std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model %s: int8 both %7.1f us, int8 gate/up only %7.1f us, bf16 %7.1f us\n",
+                static_cast<long long>(n), n < 8 ? "per-slot" : "grouped", i8 * 1e3, g8 * 1e3, b * 1e3);
     check("moe-decode-model", "IQ2_XXS+Q2_K+Q8_0", "Flash n=" + std::to_string(n) + " int8",
           r.run(ctx(), p, n, hc::GemmMode::F32, true, s8), p.twin(xq, n, rt, Twin::Model), 1e-2);
   }

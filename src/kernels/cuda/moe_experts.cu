@@ -596,7 +596,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       FastArgs fa{};
       fa.wa[0] = ra.wa, fa.wb[0] = ra.wb, fa.x = x, fa.idx = idx, fa.weight = weight, fa.out = h;
       fa.idx_sorted = ra.idx_sorted, fa.rows = I, fa.K = D, fa.k = k, fa.E = E, fa.limit = limit;
-      fa.s8 = tune.int8_q2;  // (taken where x is an FP8 round trip: model numerics; the kernel checks)
+      fa.s8 = tune.int8_gate_up;  // (taken where x is an FP8 round trip: model numerics; the kernel checks)
       if (shared && shared->w1.type == WType::Q8_0) {
         auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
         fa.wa[1] = u8(shared->w1.data), fa.wb[1] = u8(shared->w3.data);
@@ -661,6 +661,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       fa.sa[1] = fa.sb[1] = static_cast<const uint8_t*>(shared->w2.scales);
     }
     fa.x = h, fa.idx = perm, fa.out = d, fa.rows = D, fa.K = I, fa.k = k, fa.E = E, fa.limit = limit;
+    fa.s8 = tune.int8_down;
     q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end, tune.down_ksplit);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                     static_cast<unsigned>(n));

@@ -111,7 +111,7 @@ template <int NC, bool SORTED>
 void q2k_grouped_launch(DeviceContext& ctx, FastArgs a, const GroupedItems& gi, int64_t item_bound,
                         const WeightView& w2, int ksplit) {
   split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
-  const size_t smem = q2k_smem(a.K, NC);
+  const size_t smem = q2k_smem(a.K, NC, NC);
   const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel<NC, SORTED>);
   ctx.ensure_dynamic_smem(kern, smem);
   const uint8_t* w_end = a.wa[0] + w2.data_bytes();
@@ -156,7 +156,7 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
   FastArgs a{};
   a.idx = idx, a.weight = weight, a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.limit = limit;
   a.wa[0] = u8(w1.data), a.wb[0] = u8(w3.data), a.x = x, a.out = ws.h, a.rows = I, a.K = D;
-  a.s8 = tune.int8_q2;  // (taken where the item's x are FP8 round trips: model numerics)
+  a.s8 = tune.int8_gate_up;  // (taken where the item's x are FP8 round trips: model numerics)
   iq2_grouped_launch<kBCols, false>(ctx, a, gi, item_bound, w1, w3, tune.gate_up_ksplit);
   float* hs = ws.h + nk * I;
   if (shared) {
@@ -165,7 +165,7 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
     swiglu_clamp(ctx, ws.gs, ws.us, n * I, limit, hs);
   }
   if (model) act_quant_fp8(ctx, ws.h, nk + (shared ? n : 0), I);  // the FP8 round trip of the down inputs
-  a.wa[0] = a.wb[0] = u8(w2.data), a.x = ws.h, a.out = ws.d, a.rows = D, a.K = I, a.weight = nullptr, a.s8 = false;
+  a.wa[0] = a.wb[0] = u8(w2.data), a.x = ws.h, a.out = ws.d, a.rows = D, a.K = I, a.weight = nullptr, a.s8 = tune.int8_down;
   q2k_grouped_launch<kBCols, false>(ctx, a, gi, item_bound, w2, tune.down_ksplit);
   if (shared) shared_matmul(ctx, shared->w2, hs, n, ws.d + nk * D);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
@@ -187,7 +187,7 @@ bool iq2_gate_up_prefill_ok(DeviceContext& ctx, const WeightView& w1, int64_t K)
   return iq2_gate_up_ok(ctx, w1, K) && iq2_smem(K, kPfCols, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
 }
 bool q2k_down_prefill_ok(DeviceContext& ctx, const WeightView& w2, int64_t K) {
-  return q2k_down_ok(ctx, w2, nullptr, K) && q2k_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
+  return q2k_down_ok(ctx, w2, nullptr, K) && q2k_smem(K, kPfCols, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
 }
 void iq2_gate_up_prefill(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, int E, const float* x,
                          int k, const float* weight, float limit, const GroupedItems& gi, int64_t item_bound,

@@ -24,8 +24,7 @@
 // selectors 512 B][digits: K/32 units x 3 or 12 columns x 4 lanes x 8 B][quanta: K/128 x rows].
 #pragma once
 
-#include "kernels/cuda/common.cuh"
-#include "kernels/iq2_s8.h"
+#include "kernels/cuda/moe_s8.cuh"
 
 namespace hs::cuda {
 
@@ -35,20 +34,8 @@ namespace {
 
 constexpr int kS8Tables = 256 * 8 + 128 * 4;
 
-template <int BC>
-using S8Cols = iq2s8::Cols<BC>;
-
 __host__ __device__ constexpr size_t iq2_s8_bytes(int64_t K, int BC) {
   return kS8Tables + static_cast<size_t>(K) * (BC == 1 ? 3 : 12) + static_cast<size_t>(K / 128) * BC * 4;
-}
-
-// d (int32 x4) = A (16x32 s8, a0..a3) . B (32x8 s8, b0, b1), the PTX fragment layouts of
-// m16n8k32 (tests/test_iq2_s8.cpp models them on the host).
-__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
-      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
 }
 
 template <int BC>
@@ -64,55 +51,21 @@ struct S8Smem {
         quanta(reinterpret_cast<const float*>(smem + kS8Tables + K * S8Cols<BC>::kStored)) {}
 };
 
-// Fills the tables and stages the digits of the input rows xs[0..cnt) (rows cnt..BC-1: zeros):
-// warp w takes the (row, 128-element block) pairs w, w + 8, ..., lane L elements 4L..4L+3 (unit
-// 4 blk + L / 8, group c = (L / 2) % 4, half L % 2). Ends with a barrier; returns whether every
-// block was an FP8 round trip (the same answer in every thread).
+// Fills the tables and stages the digits of the input rows xs[0..cnt) (rows cnt..BC-1: zeros)
+// in units of 32 elements (stage_digits). Ends with a barrier; returns whether every block was an
+// FP8 round trip (the same answer in every thread).
 template <int BC>
 __device__ __forceinline__ bool iq2_s8_stage(uint8_t* smem, const float* const* xs, int cnt, int64_t K) {
-  using Cols = S8Cols<BC>;
   uint2* grid = reinterpret_cast<uint2*>(smem);
   uint32_t* sel = reinterpret_cast<uint32_t*>(smem + 256 * 8);
-  uint32_t* dig = reinterpret_cast<uint32_t*>(smem + kS8Tables);
-  float* quanta = reinterpret_cast<float*>(smem + kS8Tables + K * Cols::kStored);
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
     const uint64_t e = c_iq2xxs_grid.v[i];
     grid[i] = make_uint2(static_cast<uint32_t>(e), static_cast<uint32_t>(e >> 32));
   }
   for (int i = threadIdx.x; i < 128; i += blockDim.x) sel[i] = iq2s8::sign_selectors(static_cast<uint32_t>(i));
-  const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  const int64_t nblk = K / 128;
-  bool ok = true;
-  for (int64_t i = threadIdx.x >> 5; i < BC * nblk; i += warps) {
-    const int j = static_cast<int>(i / nblk);
-    const int64_t blk = i - j * nblk;
-    float v[4] = {0.f, 0.f, 0.f, 0.f};
-    if (j < cnt) {
-      const float4 v4 = *reinterpret_cast<const float4*>(xs[j] + blk * 128 + 4 * lane);
-      v[0] = v4.x, v[1] = v4.y, v[2] = v4.z, v[3] = v4.w;
-    }
-    const float amax = warp_max(fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3]))));
-    int q = 0;
-    float quantum = 0.f;
-    if (amax > 0.f) {  // (NaN: the conversions below fail)
-      q = iq2s8::quantum_exp(amax);
-      ok = ok && q >= -126;  // 2^q a normal float
-      quantum = ldexpf(1.0f, q);
-    }
-    uint32_t w[3] = {0u, 0u, 0u};
-    HS_UNROLL for (int e = 0; e < 4; ++e) {
-      int32_t X = 0;
-      if (amax > 0.f) ok = iq2s8::to_int(v[e], q, X) && ok;
-      else ok = ok && v[e] == 0.f;
-      int8_t d[3];
-      iq2s8::digits(X, d);
-      HS_UNROLL for (int dd = 0; dd < 3; ++dd) w[dd] |= static_cast<uint32_t>(static_cast<uint8_t>(d[dd])) << (8 * e);
-    }
-    const int64_t U = 4 * blk + (lane >> 3);
-    const int c = (lane >> 1) & 3, half = lane & 1;
-    HS_UNROLL for (int dd = 0; dd < 3; ++dd) dig[((U * Cols::kStored + Cols::stored(j, dd)) * 4 + c) * 2 + half] = w[dd];
-    if (lane == 0) quanta[blk * BC + j] = quantum;
-  }
+  const bool ok = stage_digits<BC, 8>(reinterpret_cast<uint32_t*>(smem + kS8Tables),
+                                      reinterpret_cast<float*>(smem + kS8Tables + K * S8Cols<BC>::kStored), nullptr, 0,
+                                      xs, cnt, K);
   return __syncthreads_and(ok) != 0;
 }
 
