@@ -12,7 +12,10 @@
 // Decode with GGUF blocks (the older scheme, moe_experts_decode.cuh): two f32 weight-streaming
 // kernels (matvec.cu's scheme); IQ2_XXS gate/up (the q2 mix's) instead runs on tensor cores with
 // a Q8_0 shared expert in the same launch (moe_iq2_decode.cuh), and so does Q2_K down
-// (moe_q2k_decode.cuh, its segments added by fast_combine_kernel). Gate/up: row groups
+// (moe_q2k_decode.cuh, its segments added by fast_combine_kernel); where their inputs are FP8
+// round trips (model numerics) both run on int8 tensor cores (moe_iq2_s8.cuh, moe_q2k_s8.cuh:
+// exact int32 sums of int8 weights and three int8 digits per input), per slot and grouped
+// (MoeTuning::int8_gate_up / int8_down). Gate/up: row groups
 // per (token, slot); a warp owns R rows of the slot's expert in w1 and the same rows in w3 (2R
 // streams, a 16-byte chunk per lane per step, the next step in flight; x in shared memory,
 // swizzled); split-K partials are combined in a fixed order and h = weight * swiglu_clamp(g, u)
