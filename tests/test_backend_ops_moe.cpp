@@ -508,8 +508,8 @@ TEST_F(BackendOps, MoeExpertsFlash) {
 // against the twin and the bf16 body; in reference numerics
 // (f32 h, no FP8 rounding of h to hide a last-bit difference) against the F32 twin and the bf16
 // body, close but not bit for bit (its rounding points differ: that shows it ran). Inputs that are
-// not FP8 round trips (raw f32, and FP8 scaled below the quanta a normal float holds) fall back
-// to the bf16 body, bit for bit.
+// not FP8 round trips (gate/up: raw f32 and FP8 scaled below the quanta a normal float holds;
+// down: reference numerics' h) fall back to the bf16 bodies, bit for bit.
 TEST_F(BackendOps, MoeExpertsQ2MixInt8) {
   const Kind iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}, q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K},
       q8{hc::WType::Q8_0};
@@ -533,14 +533,21 @@ TEST_F(BackendOps, MoeExpertsQ2MixInt8) {
       check("moe-int8", name, shape, ref, p.twin(xq, n, rt, Twin::F32), 1e-5);
       check("moe-int8-vs-bf16", name, shape, ref, ref_bf, 1e-5);
       EXPECT_GT(bit_diff(ref, ref_bf), 0) << name << " " << shape << ": the int8 body did not run";
+      // Fallbacks, one body at a time (the other off): gate/up in model numerics on inputs that
+      // are not FP8 round trips; down in reference numerics, whose h is not FP8-rounded.
+      hc::MoeTuning gu = bf, dn = bf;
+      gu.int8_gate_up = true;
+      dn.int8_down = true;
       std::vector<float> tiny = xq;
       for (float& v : tiny) v = std::ldexp(v, -110);
       const std::vector<float>* inputs[] = {&x, &tiny};
       for (const std::vector<float>* in : inputs) {
         r.x.put(*in);
-        check_exact("moe-int8-fallback", name, shape + (in == &x ? " raw x" : " x 2^-110"),
-                    bit_diff(run(true, s8), run(true, bf)));
+        check_exact("moe-int8-fallback", name, shape + (in == &x ? " raw x" : " x 2^-110") + " gate/up",
+                    bit_diff(run(true, gu), run(true, bf)));
       }
+      r.x.put(x);
+      check_exact("moe-int8-fallback", name, shape + " raw x down", bit_diff(run(false, dn), run(false, bf)));
     }
   }
 }
