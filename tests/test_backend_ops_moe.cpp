@@ -14,6 +14,7 @@
 #ifdef HS_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <functional>
 #include <set>
 
@@ -502,6 +503,55 @@ TEST_F(BackendOps, MoeExpertsFlash) {
   }
 }
 
+// The IQ2_XXS gate/up on int8 tensor cores (MoeTuning::int8_gate_up / int8_down; per slot at n < 8, grouped in
+// items of up to 4 tokens from 8), taken where x is an FP8 round trip: in model numerics
+// against the twin and the bf16 body; in reference numerics
+// (f32 h, no FP8 rounding of h to hide a last-bit difference) against the F32 twin and the bf16
+// body, close but not bit for bit (its rounding points differ: that shows it ran). Inputs that are
+// not FP8 round trips (gate/up: raw f32 and FP8 scaled below the quanta a normal float holds;
+// down: reference numerics' h) fall back to the bf16 bodies, bit for bit.
+TEST_F(BackendOps, MoeExpertsQ2MixInt8) {
+  const Kind iq2{hc::WType::GGML_BLOCK, GgmlType::IQ2_XXS}, q2k{hc::WType::GGML_BLOCK, GgmlType::Q2_K},
+      q8{hc::WType::Q8_0};
+  uint64_t stream = 53000;
+  for (bool with_shared : {true, false}) {
+    const Problem p(ctx(), iq2, 16, 4, 512, 256, stream += 10, with_shared ? &q8 : nullptr, &q2k);
+    const std::string name = std::string("IQ2_XXS+Q2_K") + (with_shared ? "+Q8_0" : "");
+    for (int64_t n : {1, 3, 7, 8, 20}) {
+      hc::MoeTuning s8 = n < 8 ? kPerSlot : hc::MoeTuning{}, bf = s8;
+      bf.int8_gate_up = bf.int8_down = false;
+      const Routing rt = make_routing(n, p.k, p.E, stream + n);
+      const std::vector<float> xq = p.input(n, stream + 20 + n, true), x = p.input(n, stream + 20 + n);
+      Bufs r(ctx(), p, xq, n, rt);
+      const std::string shape = "E16 k4 512x256 n=" + std::to_string(n);
+      auto run = [&](bool model, const hc::MoeTuning& t) { return r.run(ctx(), p, n, hc::GemmMode::F32, model, t); };
+      const std::vector<float> got = run(true, s8);
+      check("moe-int8-model", name, shape, got, p.twin(xq, n, rt, Twin::Model), 1e-2);
+      check("moe-int8-vs-bf16-model", name, shape, got, run(true, bf), 1e-2);
+      check_exact("moe-repeat", name, shape + " int8", bit_diff(got, run(true, s8)));
+      const std::vector<float> ref = run(false, s8), ref_bf = run(false, bf);
+      check("moe-int8", name, shape, ref, p.twin(xq, n, rt, Twin::F32), 1e-5);
+      check("moe-int8-vs-bf16", name, shape, ref, ref_bf, 1e-5);
+      EXPECT_GT(bit_diff(ref, ref_bf), 0) << name << " " << shape << ": the int8 body did not run";
+      // Fallbacks, one body at a time (the other off): gate/up in model numerics on inputs that
+      // are not FP8 round trips; down in reference numerics, whose h is not FP8-rounded.
+      hc::MoeTuning gu = bf, dn = bf;
+      gu.int8_gate_up = true;
+      dn.int8_down = true;
+      std::vector<float> tiny = xq;
+      for (float& v : tiny) v = std::ldexp(v, -110);
+      const std::vector<float>* inputs[] = {&x, &tiny};
+      for (const std::vector<float>* in : inputs) {
+        r.x.put(*in);
+        check_exact("moe-int8-fallback", name, shape + (in == &x ? " raw x" : " x 2^-110") + " gate/up",
+                    bit_diff(run(true, gu), run(true, bf)));
+      }
+      r.x.put(x);
+      check_exact("moe-int8-fallback", name, shape + " raw x down", bit_diff(run(false, dn), run(false, bf)));
+    }
+  }
+}
+
 // The q2 mix at Flash shapes (IQ2_XXS gate/up, Q2_K down, Q8_0 shared; model numerics): the
 // grouped decode against the per-slot kernels, timings printed (not asserted), results checked.
 TEST_F(BackendOps, MoeExpertsQ2MixFlashTiming) {
@@ -519,6 +569,23 @@ TEST_F(BackendOps, MoeExpertsQ2MixFlashTiming) {
     if (n == 8 || n == 32)
       check("moe-decode-model", "IQ2_XXS+Q2_K+Q8_0", "Flash n=" + std::to_string(n),
             r.run(ctx(), p, n, hc::GemmMode::F32, true), p.twin(p.input(n, 48200 + n, true), n, rt, Twin::Model), 1e-2);
+  }
+  // The gate/up on int8 tensor cores against the bf16 body (MoeTuning::int8_gate_up / int8_down): per slot below
+  // 8 tokens, grouped from 8.
+  for (int64_t n : {1, 2, 4, 8, 16, 32}) {
+    hc::MoeTuning s8 = n < 8 ? kPerSlot : hc::MoeTuning{}, gu = s8, bf = s8;
+    gu.int8_down = false;
+    bf.int8_gate_up = bf.int8_down = false;
+    const Routing rt = make_routing(n, p.k, p.E, 48300 + n);
+    const std::vector<float> xq = p.input(n, 48400 + n, true);
+    Bufs r(ctx(), p, xq, n, rt);
+    const double i8 = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, s8); });
+    const double g8 = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, gu); });
+    const double b = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, bf); });
+    std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model %s: int8 both %7.1f us, int8 gate/up only %7.1f us, bf16 %7.1f us\n",
+                static_cast<long long>(n), n < 8 ? "per-slot" : "grouped", i8 * 1e3, g8 * 1e3, b * 1e3);
+    check("moe-decode-model", "IQ2_XXS+Q2_K+Q8_0", "Flash n=" + std::to_string(n) + " int8",
+          r.run(ctx(), p, n, hc::GemmMode::F32, true, s8), p.twin(xq, n, rt, Twin::Model), 1e-2);
   }
 }
 

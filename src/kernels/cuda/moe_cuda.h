@@ -72,6 +72,10 @@ struct MoeTuning {
   // grouped tensor-core bodies, items of 16 tokens (false: the generic sorted-path kernel;
   // timing comparisons).
   bool grouped_prefill = true;
+  // Decode (per slot and grouped) IQ2_XXS gate/up and Q2_K down on int8 tensor cores
+  // (moe_iq2_s8.cuh, moe_q2k_s8.cuh) where the inputs are FP8 round trips, as in model numerics
+  // (false: the bf16 bodies; tests and timings).
+  bool int8_gate_up = true, int8_down = true;
 };
 
 void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, const WeightView& w2, int n_experts,

@@ -12,7 +12,10 @@
 // Decode with GGUF blocks (the older scheme, moe_experts_decode.cuh): two f32 weight-streaming
 // kernels (matvec.cu's scheme); IQ2_XXS gate/up (the q2 mix's) instead runs on tensor cores with
 // a Q8_0 shared expert in the same launch (moe_iq2_decode.cuh), and so does Q2_K down
-// (moe_q2k_decode.cuh, its segments added by fast_combine_kernel). Gate/up: row groups
+// (moe_q2k_decode.cuh, its segments added by fast_combine_kernel); where their inputs are FP8
+// round trips (model numerics) both run on int8 tensor cores (moe_iq2_s8.cuh, moe_q2k_s8.cuh:
+// exact int32 sums of int8 weights and three int8 digits per input), per slot and grouped
+// (MoeTuning::int8_gate_up / int8_down). Gate/up: row groups
 // per (token, slot); a warp owns R rows of the slot's expert in w1 and the same rows in w3 (2R
 // streams, a 16-byte chunk per lane per step, the next step in flight; x in shared memory,
 // swizzled); split-K partials are combined in a fixed order and h = weight * swiglu_clamp(g, u)
@@ -596,6 +599,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       FastArgs fa{};
       fa.wa[0] = ra.wa, fa.wb[0] = ra.wb, fa.x = x, fa.idx = idx, fa.weight = weight, fa.out = h;
       fa.idx_sorted = ra.idx_sorted, fa.rows = I, fa.K = D, fa.k = k, fa.E = E, fa.limit = limit;
+      fa.s8 = tune.int8_gate_up;  // (taken where x is an FP8 round trip: model numerics; the kernel checks)
       if (shared && shared->w1.type == WType::Q8_0) {
         auto u8 = [](const void* p) { return static_cast<const uint8_t*>(p); };
         fa.wa[1] = u8(shared->w1.data), fa.wb[1] = u8(shared->w3.data);
@@ -660,6 +664,7 @@ void moe_experts(DeviceContext& ctx, const WeightView& w1, const WeightView& w3,
       fa.sa[1] = fa.sb[1] = static_cast<const uint8_t*>(shared->w2.scales);
     }
     fa.x = h, fa.idx = perm, fa.out = d, fa.rows = D, fa.K = I, fa.k = k, fa.E = E, fa.limit = limit;
+    fa.s8 = tune.int8_down;
     q2k_down(ctx, fa, static_cast<int>(nk), shared ? static_cast<int>(n) : 0, ra.wa_end, tune.down_ksplit);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
                     static_cast<unsigned>(n));

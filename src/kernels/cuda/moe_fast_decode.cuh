@@ -61,6 +61,7 @@ struct FastArgs {
                          // slot and shared slots of the launch
   int TR, KS;            // row spans x K-splits per block (TR * KS = 8)
   float limit;
+  bool s8;  // IQ2_XXS gate/up per slot: try the int8 body (moe_iq2_s8.cuh)
 };
 
 // ---- MXFP4 -> bf16 (exact doubled E2M1 values; see the header comment)

@@ -61,14 +61,15 @@ __global__ void __launch_bounds__(kThreads, NC > kBCols ? 1 : 2) iq2_gate_up_gro
                                                                                            const uint8_t* wb_end) {
   pdl_enter();
   extern __shared__ uint4 smem4[];
-  __shared__ float red[kWarps * NC * 32];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  float* red = reinterpret_cast<float*>(smem + kS8Tables);  // (in the columns: two blocks per SM fit)
   __shared__ int4 s_it;
   __shared__ int s_orow[NC];
   __shared__ float s_w[NC];
   __shared__ const float* s_x[NC];
   if (!grouped_item<true, SORTED>(a, gi, &s_it, s_orow, s_w, s_x)) return;
   const int64_t row0 = static_cast<int64_t>(blockIdx.x) * a.TR * 16;
-  iq2_body<NC, NC>(a, wa_end, wb_end, reinterpret_cast<uint8_t*>(smem4), red, s_it.x, s_x, s_it.z,
+  iq2_body<NC, NC>(a, wa_end, wb_end, smem, red, s_it.x, s_x, s_it.z,
                    [&](int j0, int nc) { columns_epilogue<true, NC>(a, red, row0, nc, s_orow + j0, s_w + j0); });
 }
 
@@ -98,7 +99,7 @@ template <int NC, bool SORTED>
 void iq2_grouped_launch(DeviceContext& ctx, FastArgs a, const GroupedItems& gi, int64_t item_bound,
                         const WeightView& w1, const WeightView& w3, int ksplit) {
   split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
-  const size_t smem = iq2_smem(a.K, NC);
+  const size_t smem = iq2_smem(a.K, NC, NC);
   const void* kern = reinterpret_cast<const void*>(iq2_gate_up_grouped_kernel<NC, SORTED>);
   ctx.ensure_dynamic_smem(kern, smem);
   const uint8_t *wa_end = a.wa[0] + w1.data_bytes(), *wb_end = a.wb[0] + w3.data_bytes();
@@ -110,7 +111,7 @@ template <int NC, bool SORTED>
 void q2k_grouped_launch(DeviceContext& ctx, FastArgs a, const GroupedItems& gi, int64_t item_bound,
                         const WeightView& w2, int ksplit) {
   split_warps(a, a.K / 256, kGroupedKsplit, ksplit);
-  const size_t smem = q2k_smem(a.K, NC);
+  const size_t smem = q2k_smem(a.K, NC, NC);
   const void* kern = reinterpret_cast<const void*>(q2k_down_grouped_kernel<NC, SORTED>);
   ctx.ensure_dynamic_smem(kern, smem);
   const uint8_t* w_end = a.wa[0] + w2.data_bytes();
@@ -155,6 +156,7 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
   FastArgs a{};
   a.idx = idx, a.weight = weight, a.k = k, a.E = E, a.nk = static_cast<int>(nk), a.limit = limit;
   a.wa[0] = u8(w1.data), a.wb[0] = u8(w3.data), a.x = x, a.out = ws.h, a.rows = I, a.K = D;
+  a.s8 = tune.int8_gate_up;  // (taken where the item's x are FP8 round trips: model numerics)
   iq2_grouped_launch<kBCols, false>(ctx, a, gi, item_bound, w1, w3, tune.gate_up_ksplit);
   float* hs = ws.h + nk * I;
   if (shared) {
@@ -163,7 +165,7 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
     swiglu_clamp(ctx, ws.gs, ws.us, n * I, limit, hs);
   }
   if (model) act_quant_fp8(ctx, ws.h, nk + (shared ? n : 0), I);  // the FP8 round trip of the down inputs
-  a.wa[0] = a.wb[0] = u8(w2.data), a.x = ws.h, a.out = ws.d, a.rows = D, a.K = I, a.weight = nullptr;
+  a.wa[0] = a.wb[0] = u8(w2.data), a.x = ws.h, a.out = ws.d, a.rows = D, a.K = I, a.weight = nullptr, a.s8 = tune.int8_down;
   q2k_grouped_launch<kBCols, false>(ctx, a, gi, item_bound, w2, tune.down_ksplit);
   if (shared) shared_matmul(ctx, shared->w2, hs, n, ws.d + nk * D);
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((D / 4 + kThreads - 1) / kThreads, 64)),
@@ -182,10 +184,10 @@ void grouped_decode(DeviceContext& ctx, const WeightView& w1, const WeightView& 
 constexpr int kPfCols = kTok;
 constexpr size_t kPfStaticSmem = sizeof(float) * kWarps * kPfCols * 32 + 1024;  // red, the item's rows
 bool iq2_gate_up_prefill_ok(DeviceContext& ctx, const WeightView& w1, int64_t K) {
-  return iq2_gate_up_ok(ctx, w1, K) && iq2_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
+  return iq2_gate_up_ok(ctx, w1, K) && iq2_smem(K, kPfCols, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
 }
 bool q2k_down_prefill_ok(DeviceContext& ctx, const WeightView& w2, int64_t K) {
-  return q2k_down_ok(ctx, w2, nullptr, K) && q2k_smem(K, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
+  return q2k_down_ok(ctx, w2, nullptr, K) && q2k_smem(K, kPfCols, kPfCols) + kPfStaticSmem <= ctx.props().sharedMemPerBlockOptin;
 }
 void iq2_gate_up_prefill(DeviceContext& ctx, const WeightView& w1, const WeightView& w3, int E, const float* x,
                          int k, const float* weight, float limit, const GroupedItems& gi, int64_t item_bound,

@@ -23,6 +23,7 @@
 #pragma once
 
 #include "kernels/cuda/moe_fast_decode.cuh"
+#include "kernels/cuda/moe_iq2_s8.cuh"
 
 namespace hs::cuda {
 
@@ -50,9 +51,17 @@ constexpr bool iq2_sign_add_spreads() {
 }
 static_assert(iq2_sign_add_spreads(), "IQ2_XXS signs: the multiply must put sign j at bit 8j + 5 only");
 
-// Dynamic shared memory: [tables][B columns: K/16 k-groups x NC x 32 B][ring][16 B pad].
-size_t iq2_smem(int64_t K, int NC = kBCols) {
-  return kIq2Tables + static_cast<size_t>(K) * 2 * NC + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
+// Dynamic shared memory: [tables][B columns: K/16 k-groups x NC x 32 B][ring][16 B pad]. The
+// int8 body of BC = 1 or 4 rows (moe_iq2_s8.cuh) puts its tables and digits in the first part,
+// and the grouped kernels their reduction buffer (red, kWarps x NC x 32 floats at kS8Tables,
+// written after the last read of the columns).
+__host__ __device__ constexpr size_t iq2_cols_bytes(int64_t K, int NC, int BC) {
+  const size_t bf = kIq2Tables + static_cast<size_t>(K) * 2 * NC, s8 = BC == 1 || BC == 4 ? iq2_s8_bytes(K, BC) : 0,
+               rd = kS8Tables + size_t{kWarps} * NC * 32 * 4;
+  return ((bf > s8 ? (bf > rd ? bf : rd) : (s8 > rd ? s8 : rd)) + 15) / 16 * 16;
+}
+size_t iq2_smem(int64_t K, int NC, int BC) {
+  return iq2_cols_bytes(K, NC, BC) + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
 }
 
 // The IQ2_XXS grid's magnitudes 8, 25, 43 (codes 0..2) and their bf16 bits 0x4100, 0x41C8,
@@ -103,17 +112,7 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   constexpr int NT = (NC + 7) / 8;
   uint64_t* gtab = reinterpret_cast<uint64_t*>(smem);  // grid entry -> element j's selector byte j
   uint2* bs = reinterpret_cast<uint2*>(smem + kIq2Tables);
-  uint8_t* rings = smem + kIq2Tables + a.K * 2 * NC;
-  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
-    const uint64_t ge = c_iq2xxs_grid.v[i];
-    uint64_t sel = 0;
-    HS_UNROLL for (int j = 0; j < 8; ++j) {
-      const uint32_t b = static_cast<uint32_t>(ge >> (8 * j)) & 255u;
-      const uint64_t code = b == iq2_mag(0) ? 0 : b == iq2_mag(1) ? 1 : 2;
-      sel |= (code | (3 + (code == 2)) << 4) << (8 * j);
-    }
-    gtab[i] = sel;
-  }
+  uint8_t* rings = smem + iq2_cols_bytes(a.K, NC, BC);
   constexpr uint32_t pal_lo = iq2_pal(0), pal_hi = iq2_pal(1);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int tr = warp % a.TR, ks = warp / a.TR;
@@ -137,11 +136,47 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
   };
   const WarpRing<kIq2Depth> ring{wring, kIq2Slot, J0, J1};
   ring.prime(fill);
+  const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
+  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
+  // Step b's rows in the staged step st: each row's block offset and scale d.
+  auto step_rows = [&](int64_t b, const uint32_t* st, int (&off)[2][2], float (&d)[2][2]) {
+    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+      off[f][h] = (16 * f + g + 8 * h) * kIq2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 66 * b) & 15);
+      d[f][h] = BlockIn{st, off[f][h]}.f16(0);
+    }
+  };
+  if constexpr (BC == 1 || BC == 4) {  // the int8 body where every x is an FP8 round trip (moe_iq2_s8.cuh)
+    if (a.s8 && iq2_s8_stage<BC>(smem, xs, cnt, K)) {
+      const S8Smem<BC> t(smem, K);
+      float acc[S8Cols<BC>::kTiles][2][2] = {};
+      ring.run(fill, [&](int64_t b, const uint8_t* st8) {
+        const uint32_t* st = reinterpret_cast<const uint32_t*>(st8);
+        int off[2][2];
+        float d[2][2];
+        step_rows(b, st, off, d);
+        iq2_s8_step<BC>(t, st, off, d, b, acc);
+      });
+      __syncthreads();  // (red may alias the digits)
+      iq2_s8_to_red<BC>(acc, red + (ks * a.TR + tr) * BC * 32);
+      __syncthreads();
+      epi(0, cnt);
+      __syncthreads();
+      return;
+    }
+  }
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {  // (the int8 staging's tables overlap it)
+    const uint64_t ge = c_iq2xxs_grid.v[i];
+    uint64_t sel = 0;
+    HS_UNROLL for (int j = 0; j < 8; ++j) {
+      const uint32_t b = static_cast<uint32_t>(ge >> (8 * j)) & 255u;
+      const uint64_t code = b == iq2_mag(0) ? 0 : b == iq2_mag(1) ? 1 : 2;
+      sel |= (code | (3 + (code == 2)) << 4) << (8 * j);
+    }
+    gtab[i] = sel;
+  }
   // The columns go to shared memory while the first steps load (the barrier also publishes the
   // tables).
   const bool three = stage_inputs<BC, NC>(bs, nullptr, xs, cnt, K, Iq2Order{});
-  const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row g + 8h of w1 / w3
-  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
   for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
     if (pass > 0) {
       ring.prime(fill);
@@ -153,10 +188,7 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
       const uint32_t* st = reinterpret_cast<const uint32_t*>(st8);
       int off[2][2];
       float d[2][2];
-      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-        off[f][h] = (16 * f + g + 8 * h) * kIq2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 66 * b) & 15);
-        d[f][h] = BlockIn{st, off[f][h]}.f16(0);
-      }
+      step_rows(b, st, off, d);
       const uint2* bu = bs + b * 16 * NC * 4 + g * 4 + c;  // unit 8b + u, mma m, tile nt: + ((2u + m) NC + 8 nt) * 4
       HS_UNROLL for (int u = 0; u < 8; ++u) {
         uint2 bm[NT][2];
@@ -189,6 +221,7 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
         }
       }
     });
+    __syncthreads();  // (red may alias the columns)
     HS_UNROLL for (int nt = 0; nt < NT; ++nt) columns_to_red<BC>(acc[nt], three, red + (ks * a.TR + tr) * BC * 32, nt);
     __syncthreads();
     epi(three ? pass : 0, three ? 1 : cnt);
@@ -231,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 2) iq2_gate_up_kernel(FastArgs a, co
 // staging fits in shared memory).
 bool iq2_gate_up_ok(DeviceContext& ctx, const WeightView& w1, int64_t K) {
   return w1.type == WType::GGML_BLOCK && w1.ggml == GgmlType::IQ2_XXS && K % 256 == 0 &&
-         iq2_smem(K) + 2048 <= ctx.props().sharedMemPerBlockOptin;
+         iq2_smem(K, kBCols, kBCols) + 2048 <= ctx.props().sharedMemPerBlockOptin;
 }
 
 // nk routed slots and nsh shared-expert slots (their weights in a.wa[1], a.wb[1], a.sa[1],
@@ -242,7 +275,7 @@ void iq2_gate_up(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t*
   if (nk + nsh == 0) return;
   split_warps(a, a.K / 256, kSlotKsplit, ksplit);
   a.q0 = 0, a.nk = nk, a.nsh = nsh;
-  const size_t smem = iq2_smem(a.K);
+  const size_t smem = iq2_smem(a.K, kBCols, 1);
   const void* kern = reinterpret_cast<const void*>(iq2_gate_up_kernel);
   ctx.ensure_dynamic_smem(kern, smem);
   const int64_t span = 16 * a.TR;

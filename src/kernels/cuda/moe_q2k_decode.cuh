@@ -21,6 +21,7 @@
 #pragma once
 
 #include "kernels/cuda/moe_fast_decode.cuh"
+#include "kernels/cuda/moe_q2k_s8.cuh"
 
 namespace hs::cuda {
 
@@ -34,9 +35,14 @@ constexpr int kQ2Depth = 3;            // ring slots per warp
 
 // Dynamic shared memory: [B columns: K/16 sub-blocks x NC x 32 B][their sums: K/16 x NC
 // floats][ring][16 B over-read pad].
-size_t q2k_smem(int64_t K, int NC = kBCols) {
-  return static_cast<size_t>(K) * 2 * NC + static_cast<size_t>(K / 16) * NC * 4 + size_t{kWarps} * kQ2Depth * kQ2Slot +
-         16;
+// The int8 body of BC = 1 or 4 rows (moe_q2k_s8.cuh) stages into the first part, sized for both.
+__host__ __device__ constexpr size_t q2k_cols_bytes(int64_t K, int NC, int BC) {
+  const size_t bf = static_cast<size_t>(K) * 2 * NC + static_cast<size_t>(K / 16) * NC * 4,
+               s8 = BC == 1 || BC == 4 ? q2k_s8_bytes(K, BC) : 0;
+  return ((bf > s8 ? bf : s8) + 15) / 16 * 16;
+}
+size_t q2k_smem(int64_t K, int NC, int BC) {
+  return q2k_cols_bytes(K, NC, BC) + size_t{kWarps} * kQ2Depth * kQ2Slot + 16;
 }
 
 // bf16 bits of 0, 1, 2, 3: low bytes 00 80 00 40, high bytes 00 3F 40 40 (palette bytes 0..3, 4..7).
@@ -59,7 +65,7 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   constexpr bool kWide = NC > kBCols;  // prefill's items: each lane its own columns' min terms
   uint2* bs = reinterpret_cast<uint2*>(smem);
   float* sx = reinterpret_cast<float*>(smem + a.K * 2 * NC);
-  uint8_t* rings = smem + a.K * 2 * NC + a.K / 16 * NC * 4;
+  uint8_t* rings = smem + q2k_cols_bytes(a.K, NC, BC);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
   const int tr = warp % a.TR, ks = warp / a.TR;
   const int64_t K = a.K, nb = K / 256, rb = nb * 84;
@@ -78,15 +84,83 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
   };
   const WarpRing<kQ2Depth> ring{wring, kQ2Slot, J0, J1};
   ring.prime(fill);
-  const bool three = stage_inputs<BC, NC>(bs, sx, xs, cnt, K, Q2kOrder{});
   const uint8_t* rbase[2][2];  // this lane's rows: [f][h] = row 16 f + g + 8 h of the span
   HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) rbase[f][h] = row_base(16 * f + g + 8 * h);
+  // Step b's rows in the staged step: block offsets (multiples of 4), d, dmin.
+  auto step_rows = [&](int64_t b, const uint32_t* st32, int (&off)[2][2], float (&d)[2][2], float (&dmin)[2][2]) {
+    HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+      off[f][h] = (16 * f + g + 8 * h) * kQ2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 84 * b) & 15);
+      const uint32_t dd = st32[(off[f][h] + 80) >> 2];  // d, dmin
+      d[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd));
+      dmin[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd >> 16));
+    }
+  };
   // The min terms of one row (BC = 1): lane c takes sub-blocks c + 4 i (scale byte c of word i)
   // and the quad adds them up; of several: lane c takes columns 2 (c & 1), +1 over sub-blocks
   // (c >> 1) + 2 i (byte 2 (i & 1) + (c >> 1) of word i / 2), lane c ^ 2 the other eight (fewer
-  // registers than every column in every lane). Word indices stay compile-time constants.
+  // registers than every column in every lane). Word indices stay compile-time constants. The
+  // sums: sxp[sub-block * kBCols + column].
   constexpr int MC = BC == 1 ? 1 : 2, MS = BC == 1 ? 4 : 8;
   const int mc = BC == 1 ? 0 : 2 * (c & 1);
+  auto min_terms = [&](int64_t b, const float* sxp, const uint32_t (&sw)[2][2][4], const float (&dmin)[2][2],
+                       float (&accm)[2][2][MC]) {
+    HS_UNROLL for (int i = 0; i < MS; ++i) {
+      const int S = BC == 1 ? c + 4 * i : (c >> 1) + 2 * i;
+      float hs[MC];  // the sub-block's sums of columns mc.. inputs
+      if constexpr (MC == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(sxp + (b * 16 + S) * kBCols + mc);
+        hs[0] = v.x, hs[MC - 1] = v.y;
+      } else {
+        hs[0] = sxp[(b * 16 + S) * kBCols];
+      }
+      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+        const uint32_t scw = BC == 1 ? sw[f][h][i] >> (8 * c) : sw[f][h][i >> 1] >> (8 * (2 * (i & 1) + (c >> 1)));
+        const float ml = dmin[f][h] * uint_f((scw >> 4) & 15u);
+        HS_UNROLL for (int j = 0; j < MC; ++j) accm[f][h][j] = fmaf(-ml, hs[j], accm[f][h][j]);
+      }
+    }
+  };
+  if constexpr (BC == 1 || BC == 4) {  // the int8 body where every h is an FP8 round trip (moe_q2k_s8.cuh)
+    const Q2kS8Smem<BC> t(smem, K);
+    if (a.s8 && q2k_s8_stage<BC>(t, xs, cnt, K)) {
+      float acc8[S8Cols<BC>::kTiles][2][2] = {}, accm[2][2][MC] = {};
+      ring.run(fill, [&](int64_t b, const uint8_t* st) {
+        const uint32_t* st32 = reinterpret_cast<const uint32_t*>(st);
+        int off[2][2];
+        float d[2][2], dmin[2][2];
+        step_rows(b, st32, off, d, dmin);
+        {  // (the scale words die here: the int8 step reads its own, fewer live registers)
+          uint32_t sw[2][2][4];
+          HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int i = 0; i < 4; ++i)
+            sw[f][h][i] = st32[(off[f][h] >> 2) + i];
+          min_terms(b, t.sx, sw, dmin, accm);
+        }
+        q2k_s8_step<BC>(t, st32, off, d, b, acc8);
+      });
+      float* wred = red + (ks * a.TR + tr) * BC * 32;
+      s8_to_red<BC>(acc8, wred);
+      __syncwarp();
+      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {  // + the min terms
+        const int r = 16 * f + g + 8 * h;
+        if constexpr (BC == 1) {
+          float m = accm[f][h][0];
+          m += __shfl_xor_sync(kFullMask, m, 1);
+          m += __shfl_xor_sync(kFullMask, m, 2);
+          if (c == 0) wred[r] += m;
+        } else {
+          HS_UNROLL for (int p = 0; p < 2; ++p) {
+            const float other = __shfl_xor_sync(kFullMask, accm[f][h][p], 2);
+            if (c < 2) wred[(2 * c + p) * 32 + r] += accm[f][h][p] + other;
+          }
+        }
+      }
+      __syncthreads();
+      epi(0, cnt);
+      __syncthreads();
+      return;
+    }
+  }
+  const bool three = stage_inputs<BC, NC>(bs, sx, xs, cnt, K, Q2kOrder{});
   for (int pass = 0; pass < (three ? cnt : 1); ++pass) {
     if (pass > 0) {
       ring.prime(fill);
@@ -98,17 +172,12 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
     float acc[NT][2][2][2] = {}, accm[2][2][MC] = {}, accw[kWide ? NT : 1][2][2][2] = {};
     ring.run(fill, [&](int64_t b, const uint8_t* st) {
       const uint32_t* st32 = reinterpret_cast<const uint32_t*>(st);
-      int off[2][2];  // the block's byte offset in the slot (a multiple of 4)
-      float d[2][2];
+      int off[2][2];
+      float d[2][2], dmin[2][2];
+      step_rows(b, st32, off, d, dmin);
       uint32_t sw[2][2][4];  // the 16 scale bytes
-      float dmin[2][2];
-      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-        off[f][h] = (16 * f + g + 8 * h) * kQ2Row + static_cast<int>(reinterpret_cast<uintptr_t>(rbase[f][h] + 84 * b) & 15);
-        const uint32_t dd = st32[(off[f][h] + 80) >> 2];  // d, dmin
-        d[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd));
-        dmin[f][h] = f16_bits_to_f32(static_cast<uint16_t>(dd >> 16));
-        HS_UNROLL for (int i = 0; i < 4; ++i) sw[f][h][i] = st32[(off[f][h] >> 2) + i];
-      }
+      HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) HS_UNROLL for (int i = 0; i < 4; ++i)
+        sw[f][h][i] = st32[(off[f][h] >> 2) + i];
       if constexpr (kWide) {
         HS_UNROLL for (int S = 0; S < 16; ++S) {
           float2 hs[NT];  // the sub-block's sums of this lane's columns
@@ -123,21 +192,7 @@ __device__ __forceinline__ void q2k_body(const FastArgs& a, const uint8_t* w_end
           }
         }
       } else {
-        HS_UNROLL for (int i = 0; i < MS; ++i) {
-          const int S = BC == 1 ? c + 4 * i : (c >> 1) + 2 * i;
-          float hs[MC];  // the sub-block's sums of columns mc.. inputs
-          if constexpr (MC == 2) {
-            const float2 v = *reinterpret_cast<const float2*>(sx + (b * 16 + S) * kBCols + mc);
-            hs[0] = v.x, hs[MC - 1] = v.y;
-          } else {
-            hs[0] = sx[(b * 16 + S) * kBCols];
-          }
-          HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-            const uint32_t scw = BC == 1 ? sw[f][h][i] >> (8 * c) : sw[f][h][i >> 1] >> (8 * (2 * (i & 1) + (c >> 1)));
-            const float ml = dmin[f][h] * uint_f((scw >> 4) & 15u);
-            HS_UNROLL for (int j = 0; j < MC; ++j) accm[f][h][j] = fmaf(-ml, hs[j], accm[f][h][j]);
-          }
-        }
+        min_terms(b, sx, sw, dmin, accm);
       }
       const uint2* bb = bs + b * 16 * NC * 4 + g * 4 + c;  // sub-block S, tile nt: + (S * NC + 8 nt) * 4
       HS_UNROLL for (int nh = 0; nh < 4; ++nh) {  // 128-element half n = nh / 2, 16-byte half nh % 2
@@ -229,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 2) q2k_down_kernel(FastArgs a, const
 bool q2k_down_ok(DeviceContext& ctx, const WeightView& w2, const MoeShared* shared, int64_t K) {
   return w2.type == WType::GGML_BLOCK && w2.ggml == GgmlType::Q2_K && K % 256 == 0 &&
          (!shared || shared->w2.type == WType::Q8_0) &&
-         q2k_smem(K) + 2048 <= ctx.props().sharedMemPerBlockOptin;
+         q2k_smem(K, kBCols, kBCols) + 2048 <= ctx.props().sharedMemPerBlockOptin;
 }
 
 // nk routed segments and nsh shared ones: kSlotKsplit K-splits (ksplit > 0: forced), the rest of
@@ -238,7 +293,7 @@ void q2k_down(DeviceContext& ctx, FastArgs a, int nk, int nsh, const uint8_t* w_
   if (nk + nsh == 0) return;
   split_warps(a, a.K / 256, kSlotKsplit, ksplit);
   a.q0 = 0, a.nk = nk, a.nsh = nsh;
-  const size_t smem = q2k_smem(a.K);
+  const size_t smem = q2k_smem(a.K, kBCols, 1);
   const void* kern = reinterpret_cast<const void*>(q2k_down_kernel);
   ctx.ensure_dynamic_smem(kern, smem);
   const int64_t span = 32 * a.TR;
