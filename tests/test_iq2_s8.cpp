@@ -24,10 +24,10 @@ int8_t byte_of(uint32_t w, int i) { return static_cast<int8_t>((w >> (8 * i)) & 
 TEST(Iq2S8, SignedGroupsEqualTheSignedGrid) {
   int64_t bad = 0;
   for (int e = 0; e < 256; ++e) {
-    const uint64_t pos = qtab::kIq2xxsGrid[e], neg = iq2s8::negated(pos);
+    const uint64_t pos = qtab::kIq2xxsGrid[e];
     for (uint32_t s7 = 0; s7 < 128; ++s7) {
       uint32_t w[2];
-      iq2s8::signed_group(pos, neg, iq2s8::sign_selectors(s7), w);
+      iq2s8::signed_group(static_cast<uint32_t>(pos), static_cast<uint32_t>(pos >> 32), iq2s8::sign_selectors(s7), w);
       const uint32_t signs = qtab::kKsignsIq2xs[s7];
       for (int j = 0; j < 8; ++j) {
         const int mag = static_cast<int>((pos >> (8 * j)) & 255u);
@@ -138,7 +138,8 @@ TEST(Iq2S8, FragmentPlacementGivesEachRowsDotProducts) {
         const int row = g + 8 * h;
         const uint64_t pos = qtab::kIq2xxsGrid[grid[row][c]];
         uint32_t w[2];
-        iq2s8::signed_group(pos, iq2s8::negated(pos), iq2s8::sign_selectors(sign[row][c]), w);
+        iq2s8::signed_group(static_cast<uint32_t>(pos), static_cast<uint32_t>(pos >> 32),
+                            iq2s8::sign_selectors(sign[row][c]), w);
         f.a[lane][h] = w[0], f.a[lane][2 + h] = w[1];
       }
       for (int half = 0; half < 2; ++half) {
@@ -191,7 +192,8 @@ void check_columns(std::mt19937& rng) {
       for (int h = 0; h < 2; ++h) {
         const uint64_t pos = qtab::kIq2xxsGrid[grid[g + 8 * h][c]];
         uint32_t w[2];
-        iq2s8::signed_group(pos, iq2s8::negated(pos), iq2s8::sign_selectors(sign[g + 8 * h][c]), w);
+        iq2s8::signed_group(static_cast<uint32_t>(pos), static_cast<uint32_t>(pos >> 32),
+                            iq2s8::sign_selectors(sign[g + 8 * h][c]), w);
         f.a[lane][h] = w[0], f.a[lane][2 + h] = w[1];
       }
       const int col = C::lane_col(nt, g);

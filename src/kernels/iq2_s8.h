@@ -67,10 +67,11 @@ HS_HD uint32_t perm(uint32_t a, uint32_t b, uint32_t s) {
 #endif
 }
 
-// One 8-element group as signed int8: w[0] = elements 0..3, w[1] = 4..7 (little-endian bytes).
-HS_HD void signed_group(uint64_t pos, uint64_t neg, uint32_t sel, uint32_t (&w)[2]) {
-  w[0] = perm(static_cast<uint32_t>(pos), static_cast<uint32_t>(neg), sel & 0xFFFFu);
-  w[1] = perm(static_cast<uint32_t>(pos >> 32), static_cast<uint32_t>(neg >> 32), sel >> 16);
+// One 8-element group as signed int8 from its grid entry's low and high words (the negations
+// by negated_word): w[0] = elements 0..3, w[1] = 4..7 (little-endian bytes). The kernels' form.
+HS_HD void signed_group(uint32_t lo, uint32_t hi, uint32_t sel, uint32_t (&w)[2]) {
+  w[0] = perm(lo, negated_word(lo), sel);  // (a permute reads the low 16 bits)
+  w[1] = perm(hi, negated_word(hi), sel >> 16);
 }
 
 static_assert(negated(0x0808080808080808ull) == 0xF8F8F8F8F8F8F8F8ull, "negation of 8 is -8 in every byte");
@@ -90,11 +91,12 @@ static_assert(sign_selectors(1) == 0x72103214u, "sign 0 and its parity sign 7");
 // Four rows: tile 0 column 2j + i = row j's digit i < 2, tile 1 column 2j = row j's digit 2
 // (odd columns zero, not stored): lane c holds row c's three digits. Stored columns per unit:
 // 3 or 12 (tile 1's at 8 + j).
+HS_HD constexpr int stored_columns(int BC) { return BC == 1 ? 3 : 12; }
 template <int BC>
 struct Cols {
   static_assert(BC == 1 || BC == 4, "int8 columns: 1 or 4 rows");
   static constexpr int kTiles = BC == 1 ? 1 : 2;
-  static constexpr int kStored = BC == 1 ? 3 : 12;
+  static constexpr int kStored = stored_columns(BC);
   HS_HD static constexpr int stored(int j, int digit) { return BC == 1 ? digit : digit < 2 ? 2 * j + digit : 8 + j; }
   // Lane g's column of tile nt as a stored column, or -1 (zeros).
   HS_HD static constexpr int lane_col(int nt, int g) {

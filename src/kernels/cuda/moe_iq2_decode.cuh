@@ -58,7 +58,9 @@ static_assert(iq2_sign_add_spreads(), "IQ2_XXS signs: the multiply must put sign
 __host__ __device__ constexpr size_t iq2_cols_bytes(int64_t K, int NC, int BC) {
   const size_t bf = kIq2Tables + static_cast<size_t>(K) * 2 * NC, s8 = BC == 1 || BC == 4 ? iq2_s8_bytes(K, BC) : 0,
                rd = kS8Tables + size_t{kWarps} * NC * 32 * 4;
-  return ((bf > s8 ? (bf > rd ? bf : rd) : (s8 > rd ? s8 : rd)) + 15) / 16 * 16;
+  size_t m = bf > s8 ? bf : s8;
+  if (rd > m) m = rd;
+  return (m + 15) / 16 * 16;
 }
 size_t iq2_smem(int64_t K, int NC, int BC) {
   return iq2_cols_bytes(K, NC, BC) + size_t{kWarps} * kIq2Depth * kIq2Slot + 16;
@@ -146,8 +148,8 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
     }
   };
   if constexpr (BC == 1 || BC == 4) {  // the int8 body where every x is an FP8 round trip (moe_iq2_s8.cuh)
-    if (a.s8 && iq2_s8_stage<BC>(smem, xs, cnt, K)) {
-      const S8Smem<BC> t(smem, K);
+    const S8Smem<BC> t(smem, K);
+    if (a.s8 && iq2_s8_stage<BC>(t, xs, cnt, K)) {
       float acc[S8Cols<BC>::kTiles][2][2] = {};
       ring.run(fill, [&](int64_t b, const uint8_t* st8) {
         const uint32_t* st = reinterpret_cast<const uint32_t*>(st8);
@@ -157,7 +159,7 @@ __device__ __forceinline__ void iq2_body(const FastArgs& a, const uint8_t* wa_en
         iq2_s8_step<BC>(t, st, off, d, b, acc);
       });
       __syncthreads();  // (red may alias the digits)
-      iq2_s8_to_red<BC>(acc, red + (ks * a.TR + tr) * BC * 32);
+      s8_to_red<BC>(acc, red + (ks * a.TR + tr) * BC * 32);
       __syncthreads();
       epi(0, cnt);
       __syncthreads();

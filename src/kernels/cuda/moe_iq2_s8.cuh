@@ -35,37 +35,33 @@ namespace {
 constexpr int kS8Tables = 256 * 8 + 128 * 4;
 
 __host__ __device__ constexpr size_t iq2_s8_bytes(int64_t K, int BC) {
-  return kS8Tables + static_cast<size_t>(K) * (BC == 1 ? 3 : 12) + static_cast<size_t>(K / 128) * BC * 4;
+  return kS8Tables + static_cast<size_t>(K) * iq2s8::stored_columns(BC) + static_cast<size_t>(K / 128) * BC * 4;
 }
 
 template <int BC>
 struct S8Smem {
-  const uint2* grid;    // 256 grid entries (the magnitudes as int8 bytes)
-  const uint32_t* sel;  // 128 sign fields -> both permute selectors
-  const uint2* digits;  // unit U, stored column s, lane c: (U * kStored + s) * 4 + c
-  const float* quanta;  // per 128-element input block and row: 2^q (0 for an all-zero block)
-  __device__ explicit S8Smem(const uint8_t* smem, int64_t K)
-      : grid(reinterpret_cast<const uint2*>(smem)),
-        sel(reinterpret_cast<const uint32_t*>(smem + 256 * 8)),
-        digits(reinterpret_cast<const uint2*>(smem + kS8Tables)),
-        quanta(reinterpret_cast<const float*>(smem + kS8Tables + K * S8Cols<BC>::kStored)) {}
+  uint2* grid;     // 256 grid entries (the magnitudes as int8 bytes)
+  uint32_t* sel;   // 128 sign fields -> both permute selectors
+  uint2* digits;   // unit U, stored column s, lane c: (U * kStored + s) * 4 + c
+  float* quanta;   // per 128-element input block and row: 2^q (0 for an all-zero block)
+  __device__ S8Smem(uint8_t* smem, int64_t K)
+      : grid(reinterpret_cast<uint2*>(smem)),
+        sel(reinterpret_cast<uint32_t*>(smem + 256 * 8)),
+        digits(reinterpret_cast<uint2*>(smem + kS8Tables)),
+        quanta(reinterpret_cast<float*>(smem + kS8Tables + K * S8Cols<BC>::kStored)) {}
 };
 
 // Fills the tables and stages the digits of the input rows xs[0..cnt) (rows cnt..BC-1: zeros)
 // in units of 32 elements (stage_digits). Ends with a barrier; returns whether every block was an
 // FP8 round trip (the same answer in every thread).
 template <int BC>
-__device__ __forceinline__ bool iq2_s8_stage(uint8_t* smem, const float* const* xs, int cnt, int64_t K) {
-  uint2* grid = reinterpret_cast<uint2*>(smem);
-  uint32_t* sel = reinterpret_cast<uint32_t*>(smem + 256 * 8);
+__device__ __forceinline__ bool iq2_s8_stage(const S8Smem<BC>& t, const float* const* xs, int cnt, int64_t K) {
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
     const uint64_t e = c_iq2xxs_grid.v[i];
-    grid[i] = make_uint2(static_cast<uint32_t>(e), static_cast<uint32_t>(e >> 32));
+    t.grid[i] = make_uint2(static_cast<uint32_t>(e), static_cast<uint32_t>(e >> 32));
   }
-  for (int i = threadIdx.x; i < 128; i += blockDim.x) sel[i] = iq2s8::sign_selectors(static_cast<uint32_t>(i));
-  const bool ok = stage_digits<BC, 8>(reinterpret_cast<uint32_t*>(smem + kS8Tables),
-                                      reinterpret_cast<float*>(smem + kS8Tables + K * S8Cols<BC>::kStored), nullptr, 0,
-                                      xs, cnt, K);
+  for (int i = threadIdx.x; i < 128; i += blockDim.x) t.sel[i] = iq2s8::sign_selectors(static_cast<uint32_t>(i));
+  const bool ok = stage_digits<BC, 8>(reinterpret_cast<uint32_t*>(t.digits), t.quanta, nullptr, 0, xs, cnt, K);
   return __syncthreads_and(ok) != 0;
 }
 
@@ -98,9 +94,9 @@ __device__ __forceinline__ void iq2_s8_step(const S8Smem<BC>& t, const uint32_t*
           const BlockIn blk{st, off[f][h]};
           const uint32_t w1 = blk.u32(6 + 8 * u);
           const uint2 pos = t.grid[blk.u8(2 + 8 * u + c)];
-          const uint32_t s = t.sel[(w1 >> (7 * c)) & 127u];
-          A[h][0] = __byte_perm(pos.x, iq2s8::negated_word(pos.x), s);
-          A[h][1] = __byte_perm(pos.y, iq2s8::negated_word(pos.y), s >> 16);
+          uint32_t w[2];
+          iq2s8::signed_group(pos.x, pos.y, t.sel[(w1 >> (7 * c)) & 127u], w);
+          A[h][0] = w[0], A[h][1] = w[1];
           m[h] = static_cast<int>((w1 >> 27) | 1u);  // 2 ls + 1 (bit 27 is a sign bit, or'ed away)
         }
         HS_UNROLL for (int nt = 0; nt < NT; ++nt) {
@@ -115,22 +111,6 @@ __device__ __forceinline__ void iq2_s8_step(const S8Smem<BC>& t, const uint32_t*
       const float dq = d[f][h] * qs;
       acc[0][f][h] = fmaf(dq, static_cast<float>(I[0][f][h][0] + 128 * I[0][f][h][1]), acc[0][f][h]);
       if constexpr (NT == 2) acc[1][f][h] = fmaf(dq, static_cast<float>(I[1][f][h][0]), acc[1][f][h]);
-    }
-  }
-}
-
-// The warp's sums into red (columns_to_red's layout: column j = row j): digits 0 + 128 x 1 plus
-// 16384 x digit 2 (BC = 1: from lane c = 1).
-template <int BC>
-__device__ __forceinline__ void iq2_s8_to_red(const float (&acc)[S8Cols<BC>::kTiles][2][2], float* wred) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-    const int r = 16 * f + g + 8 * h;
-    if constexpr (BC == 1) {
-      const float hi = __shfl_xor_sync(kFullMask, acc[0][f][h], 1);
-      if (c == 0) wred[r] = fmaf(16384.0f, hi, acc[0][f][h]);
-    } else {
-      wred[c * 32 + r] = fmaf(16384.0f, acc[1][f][h], acc[0][f][h]);
     }
   }
 }

@@ -24,7 +24,7 @@ using namespace detail;
 namespace {
 
 __host__ __device__ constexpr size_t q2k_s8_bytes(int64_t K, int BC) {
-  return static_cast<size_t>(K) * (BC == 1 ? 3 : 12) + static_cast<size_t>(K / 128) * BC * 4 +
+  return static_cast<size_t>(K) * iq2s8::stored_columns(BC) + static_cast<size_t>(K / 128) * BC * 4 +
          static_cast<size_t>(K / 16) * kBCols * 4;
 }
 
@@ -89,22 +89,6 @@ __device__ __forceinline__ void q2k_s8_step(const Q2kS8Smem<BC>& t, const uint32
       const float dq = d[f][h] * qs;
       acc[0][f][h] = fmaf(dq, static_cast<float>(I[0][f][2 * h] + 128 * I[0][f][2 * h + 1]), acc[0][f][h]);
       if constexpr (NT == 2) acc[1][f][h] = fmaf(dq, static_cast<float>(I[1][f][2 * h]), acc[1][f][h]);
-    }
-  }
-}
-
-// The warp's products into red (columns_to_red's layout: column j = row j): digits 0 + 128 x 1
-// plus 16384 x digit 2 (BC = 1: from lane c = 1); rows 16 f + g + 8 h.
-template <int BC>
-__device__ __forceinline__ void s8_to_red(const float (&acc)[S8Cols<BC>::kTiles][2][2], float* wred) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
-    const int r = 16 * f + g + 8 * h;
-    if constexpr (BC == 1) {
-      const float hi = __shfl_xor_sync(kFullMask, acc[0][f][h], 1);
-      if (c == 0) wred[r] = fmaf(16384.0f, hi, acc[0][f][h]);
-    } else {
-      wred[c * 32 + r] = fmaf(16384.0f, acc[1][f][h], acc[0][f][h]);
     }
   }
 }

@@ -85,5 +85,21 @@ __device__ __forceinline__ bool stage_digits(uint32_t* dig, float* quanta, float
   return ok;
 }
 
+// A warp's int8 sums into red (columns_to_red's layout: column j = row j, rows 16 f + g + 8 h):
+// digits 0 + 128 x 1 plus 16384 x digit 2 (BC = 1: from lane c = 1; BC = 4: lane c's tile 1).
+template <int BC>
+__device__ __forceinline__ void s8_to_red(const float (&acc)[S8Cols<BC>::kTiles][2][2], float* wred) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+  HS_UNROLL for (int f = 0; f < 2; ++f) HS_UNROLL for (int h = 0; h < 2; ++h) {
+    const int r = 16 * f + g + 8 * h;
+    if constexpr (BC == 1) {
+      const float hi = __shfl_xor_sync(kFullMask, acc[0][f][h], 1);
+      if (c == 0) wred[r] = fmaf(16384.0f, hi, acc[0][f][h]);
+    } else {
+      wred[c * 32 + r] = fmaf(16384.0f, acc[1][f][h], acc[0][f][h]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hs::cuda
