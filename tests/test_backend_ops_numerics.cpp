@@ -261,6 +261,79 @@ TEST_F(BackendOps, NumericsFusedRounding) {
   }
 }
 
+// The hand-over between sub-layers in one launch (hc_post, hc_pre, the next input norm and its
+// FP8 copy: hc::hc_post_pre_norm) against those ops one by one on the same GPU: the same bits in
+// every output (X, u, post, comb, xn, xq), for both numerics, at Flash's width, a narrow one and
+// one whose last FP8 block is partial, 1..16 tokens, with post/comb written over their inputs as
+// the layers do; in reference numerics also against the CPU twins of the sequence.
+TEST_F(BackendOps, NumericsFusedHcHandover) {
+  const int hcm = 4, mix = (2 + hcm) * hcm;
+  for (const int64_t D : {int64_t{4096}, int64_t{1024}, int64_t{200}}) {
+    const int64_t len = hcm * D;
+    const std::vector<float> fn = randv(static_cast<size_t>(mix * len), 1470 + D, 2.0f / std::sqrt(static_cast<float>(len)));
+    const std::vector<float> base = randv(static_cast<size_t>(mix), 1471 + D, 0.5f);
+    const std::vector<float> scale = {0.8f, 1.3f, 2.0f};
+    const std::vector<float> w = randv(static_cast<size_t>(D), 1472 + D);
+    Dev<float> dfn(ctx(), fn), dbase(ctx(), base), dscale(ctx(), scale), dw(ctx(), w);
+    hc::HcParams p;
+    p.fn = dfn.p();
+    p.base = dbase.p();
+    p.scale = dscale.p();
+    p.hc = hcm;
+    p.dim = D;
+    for (const int64_t n : {int64_t{1}, int64_t{3}, int64_t{16}}) {
+      ASSERT_TRUE(hc::hc_post_pre_norm_fits(ctx(), hcm, D, n)) << "D " << D << ", n " << n;
+      const std::vector<float> X = randv(static_cast<size_t>(n * len), 1480 + n + D, 2.0f);
+      const std::vector<float> y = randv(static_cast<size_t>(n * D), 1481 + n + D, 3.0f);
+      const std::vector<float> post = randv(static_cast<size_t>(n * hcm), 1482 + n, 1.0f);
+      std::vector<float> comb = randv(static_cast<size_t>(n * hcm * hcm), 1483 + n, 0.5f);
+      for (float& v : comb) v = std::fabs(v);  // (a doubly-stochastic-like mix, as hc_pre makes)
+      for (const bool model : {true, false}) {
+        const hc::Bf16Round r = model ? hc::Bf16Round{true, true} : hc::Bf16Round{};
+        const std::string shape = dims({n, hcm, D}) + (model ? " model" : " reference");
+        // One by one.
+        Dev<float> Xa(ctx(), X), ya(ctx(), y), pa(ctx(), post), ca(ctx(), comb), ua(ctx(), n * D), xna(ctx(), n * D),
+            xqa(ctx(), n * D);
+        ua.poison();
+        xna.poison();
+        xqa.poison();
+        hc::hc_post(ctx(), ya.p(), pa.p(), ca.p(), n, hcm, D, Xa.p(), model);
+        hc::hc_pre(ctx(), p, Xa.p(), n, ua.p(), pa.p(), ca.p());
+        hc::rmsnorm_bf16(ctx(), ua.p(), dw.p(), n, D, 1e-6f, xna.p(), r, model ? xqa.p() : nullptr);
+        // In one launch.
+        Dev<float> Xb(ctx(), X), yb(ctx(), y), pb(ctx(), post), cb(ctx(), comb), ub(ctx(), n * D), xnb(ctx(), n * D),
+            xqb(ctx(), n * D);
+        ub.poison();
+        xnb.poison();
+        xqb.poison();
+        hc::hc_post_pre_norm(ctx(), p, yb.p(), pb.p(), cb.p(), model, Xb.p(), n, ub.p(), pb.p(), cb.p(), dw.p(), 1e-6f,
+                             r, xnb.p(), model ? xqb.p() : nullptr);
+        const std::vector<float> Xg = Xa.get(), ug = ua.get(), xng = xna.get();
+        auto same = [&](const char* what, const std::vector<float>& want, const std::vector<float>& got) {
+          check_exact("hc_post_pre_norm", what, shape, mismatches(got, want, want));
+        };
+        same("X", Xg, Xb.get());
+        same("u", ug, ub.get());
+        same("post", pa.get(), pb.get());
+        same("comb", ca.get(), cb.get());
+        same("xn", xng, xnb.get());
+        if (model) same("xq", xqa.get(), xqb.get());
+        else EXPECT_EQ(mismatches(xqb.get(), xqa.get(), xqa.get()), 0) << "xq written without an FP8 copy asked for";
+        if (model) continue;
+        // The CPU twins of the sequence (reference numerics).
+        std::vector<float> Xc = X, uc(static_cast<size_t>(n * D)), pc = post, cc = comb, xnc(static_cast<size_t>(n * D));
+        cpu::hc_post(y.data(), post.data(), comb.data(), n, hcm, D, Xc.data());
+        const cpu::HcParams cp{fn.data(), base.data(), scale.data(), hcm, D, 20, 1e-6f, 1e-6f};
+        cpu::hc_pre(pool(), cp, Xc.data(), n, uc.data(), pc.data(), cc.data());
+        cpu::rmsnorm(uc.data(), w.data(), n, D, 1e-6f, xnc.data());
+        check("hc_post_pre.X", "f32", shape, Xg, Xc, 1e-6);
+        check("hc_post_pre.u", "f32", shape, ug, uc, 1e-5);
+        check("hc_post_pre.xn", "f32", shape, xng, xnc, 1e-5);
+      }
+    }
+  }
+}
+
 TEST_F(BackendOps, NumericsActQuantFp8) {
   CpuOps cpu(pool());
   struct Case {

@@ -54,13 +54,11 @@ void block_hc_post(const AttnCtx& a, const float* y, const float* post, const fl
 
 void ffn_sublayer(const AttnCtx& a, const int32_t* tokens, float* X, float* u, float* post, float* comb, float* xn,
                   float* y) {
-  a.ops.hc_pre(a.L.hc_ffn, a.c, X, a.n, u, post, comb);
   // Under model numerics the experts' FP8 input comes out of the norm's launch as well.
   float* xq = a.model ? a.ops.alloc(a.n * a.c.dim) : nullptr;
-  if (xq) a.ops.rmsnorm_bf16_fp8(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, xq, rounding(a, true, true));
-  else a.ops.rmsnorm_bf16(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, rounding(a, true, true));
+  a.ops.hc_post_pre(y, post, comb, a.model, a.n, a.c, X,
+                    {&a.L.hc_ffn, &a.L.ffn_norm, u, post, comb, xn, xq, rounding(a, true, true)});
   a.ops.moe(a.L, a.c, xn, xq, tokens, a.n, a.model ? Numerics::Model : Numerics::Reference, y);
-  block_hc_post(a, y, post, comb, X);
 }
 
 }  // namespace hs

@@ -31,9 +31,11 @@ void attn_kv(const AttnCtx& a, const float* x, float* kv);
 void attn_output(const AttnCtx& a, float* o, float* y);
 
 // The rest of a block, the same for both: hc_post of a sub-layer's output y [n, D] into the HC
-// state X (bf16(X) after it under model numerics), and the whole FFN sub-layer
-// X = hc_post(moe(ffn_norm(hc_pre_ffn(X)))) with the caller's scratch u/xn/y [n, D],
-// post [n, hc], comb [n, hc, hc]; tokens [n] drive the hash-routed layers.
+// state X (bf16(X) after it under model numerics); the FFN sub-layer from the attention's output
+// y and its post [n, hc] / comb [n, hc, hc]: the hand-over (hc_post of y, the FFN's hc_pre and norm:
+// Ops::hc_post_pre) and moe(ffn_norm(...)) into y, with the caller's scratch u/xn [n, D]; tokens
+// [n] drive the hash-routed layers. post/comb then hold the FFN's coefficients: its hc_post
+// (block_hc_post, or the hand-over to the next layer) is the caller's.
 void block_hc_post(const AttnCtx& a, const float* y, const float* post, const float* comb, float* X);
 void ffn_sublayer(const AttnCtx& a, const int32_t* tokens, float* X, float* u, float* post, float* comb, float* xn,
                   float* y);

@@ -299,6 +299,14 @@ class CudaOps : public Ops {
     auto prof = prof_.scope("hc_post");
     cuda::hc_post(ctx_, y, post, comb, n, c.hc_mult, c.dim, X, true);
   }
+  void hc_post_pre(const float* y, const float* post_in, const float* comb_in, bool post_round, int64_t n,
+                   const ModelConfig& c, float* X, const HcNext& next) override {
+    if (!cuda::hc_post_pre_norm_fits(ctx_, c.hc_mult, c.dim, n) || next.xq == next.xn)
+      return Ops::hc_post_pre(y, post_in, comb_in, post_round, n, c, X, next);
+    auto prof = prof_.scope("hc_post_pre");
+    cuda::hc_post_pre_norm(ctx_, hc_params(*next.w, c), y, post_in, comb_in, post_round, X, n, next.u, next.post,
+                           next.comb, vec(*next.norm), c.norm_eps, {next.r.in, next.r.out}, next.xn, next.xq);
+  }
   void copy(float* dst, const float* src, int64_t n) override {
     auto prof = prof_.scope("copy");
     ctx_.copy(dst, src, static_cast<size_t>(n) * 4);

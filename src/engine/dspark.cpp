@@ -179,8 +179,8 @@ std::vector<DsparkBlock> DsparkDrafter::draft_blocks(std::span<const DsparkSeque
       ops_.attention_dense(q + r * B * H * hd, B, H, hd, kvh.data(), n_ctx + B, L.sinks, scale, o + r * B * H * hd);
     }
     attn_output(a, o, y);
-    block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, tokens.data(), X, u, post, comb, xn, y);
+    block_hc_post(a, y, post, comb, X);
     ops_.release_to(mark);
   }
   // Only the rows whose drafts are asked for go on (the whole block went through the stages: its

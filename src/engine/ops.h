@@ -255,6 +255,26 @@ class Ops {
     hc_post(y, post, comb, n, c, X);
     round_bf16(X, n * c.hc_mult * c.dim);
   }
+  // The hand-over between sub-layers: hc_post of the finished one (its y, post_in, comb_in; X
+  // rounded to BF16 after when post_round: hc_post_bf16), then hc_pre of the next (next.w) into
+  // next.u / post / comb (which may be post_in / comb_in) and that sub-layer's input norm of u:
+  // rmsnorm_bf16_fp8 into xn and xq when xq, else rmsnorm_bf16 into xn (rounding next.r, eps
+  // c.norm_eps). The default runs that sequence; a device backend may do it in one launch (the
+  // same values).
+  struct HcNext {
+    const HcWeights* w = nullptr;
+    const std::vector<float>* norm = nullptr;
+    float *u = nullptr, *post = nullptr, *comb = nullptr, *xn = nullptr, *xq = nullptr;
+    Bf16Round r;
+  };
+  virtual void hc_post_pre(const float* y, const float* post_in, const float* comb_in, bool post_round, int64_t n,
+                           const ModelConfig& c, float* X, const HcNext& next) {
+    if (post_round) hc_post_bf16(y, post_in, comb_in, n, c, X);
+    else hc_post(y, post_in, comb_in, n, c, X);
+    hc_pre(*next.w, c, X, n, next.u, next.post, next.comb);
+    if (next.xq) rmsnorm_bf16_fp8(next.u, *next.norm, n, c.norm_eps, next.xn, next.xq, next.r);
+    else rmsnorm_bf16(next.u, *next.norm, n, c.norm_eps, next.xn, next.r);
+  }
   // FP8 e4m3 activation quantisation of a linear's input, 1x128 blocks with ue8m0 scales.
   virtual void act_quant_fp8(float* x, int64_t rows, int64_t cols) = 0;
   // The same into dst (which may be src), with src rounded to BF16 first when round_in (as

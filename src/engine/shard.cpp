@@ -217,29 +217,46 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad) 
 void Shard::layers(const Batch& b, float* X) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim, hc = c.hc_mult, n = b.n;
+  const size_t outer = ops_.mark();
+  // A layer's attention inputs: its hc_pre's u, post, comb and the norm's xn (and, under model
+  // numerics, the FP8 linears' input xq from the norm's launch), made at the layer's start or by
+  // the previous layer's hand-over (Ops::hc_post_pre).
+  float* u = ops_.alloc(n * D);
+  float* post = ops_.alloc(n * hc);
+  float* comb = ops_.alloc(n * hc * hc);
+  float* xn = ops_.alloc(n * D);
+  float* xq = model() ? ops_.alloc(n * D) : nullptr;
   const size_t mark = ops_.mark();
-  for (const auto& L : w_.layers) {
+  bool handed = false;
+  for (size_t li = 0; li < w_.layers.size(); ++li) {
+    const LayerWeights& L = w_.layers[li];
     if (observer_) observer_(L.layer, X, n);
-    float* u = ops_.alloc(n * D);
-    float* post = ops_.alloc(n * hc);
-    float* comb = ops_.alloc(n * hc * hc);
-    float* xn = ops_.alloc(n * D);
     float* y = ops_.alloc(n * D);
-    ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
-    // Under model numerics the FP8 linears' input comes out of the norm's launch as well.
-    float* xq = model() ? ops_.alloc(n * D) : nullptr;
-    if (xq) ops_.rmsnorm_bf16_fp8(u, L.attn_norm, n, c.norm_eps, xn, xq, rounding(true, true));
-    else norm_bf16(u, L.attn_norm, n, xn);
+    if (!handed) {
+      ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
+      if (xq) ops_.rmsnorm_bf16_fp8(u, L.attn_norm, n, c.norm_eps, xn, xq, rounding(true, true));
+      else norm_bf16(u, L.attn_norm, n, xn);
+    }
     attention(L, b, xn, xq ? xq : xn, y);
     const AttnCtx a{ops_, c, L, rope_main_, b.pos.data(), n, model()};  // (the FFN half uses no RoPE)
-    block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, b.tokens.data(), X, u, post, comb, xn, y);
+    // The FFN's hc_post, with the next layer's hc_pre and attention norm in the same hand-over
+    // (an observer sees X before each layer: there the layers stay apart).
+    handed = li + 1 < w_.layers.size() && !observer_;
+    if (handed) {
+      const LayerWeights& next = w_.layers[li + 1];
+      ops_.hc_post_pre(y, post, comb, model(), n, c, X,
+                       {&next.hc_attn, &next.attn_norm, u, post, comb, xn, xq, rounding(true, true)});
+    } else {
+      block_hc_post(a, y, post, comb, X);
+    }
     if (auto t = std::find(tap_layers_.begin(), tap_layers_.end(), L.layer); t != tap_layers_.end()) {
       const int64_t T = static_cast<int64_t>(tap_layers_.size());
       ops_.hc_stream_mean(X, n, c, static_cast<float*>(tap_buf_->data()) + (t - tap_layers_.begin()) * D, T * D);
     }
     ops_.release_to(mark);
   }
+  ops_.release_to(outer);
 }
 
 void Shard::reserve_taps(int64_t rows) {
