@@ -132,6 +132,52 @@ TEST_F(BackendOps, MatmulLeadingDimensions) {
   }
 }
 
+// Several matrices on one input row in one launch (a sub-layer's projections of the same x: the
+// compressors' and the indexer's at Flash shapes, wq_a + wkv), every type the n == 1 register
+// kernel takes: against the CPU twin, and bit for bit against matmul where matmul takes that
+// kernel alone (small native matrices); MXFP4 and mixed types are refused.
+TEST_F(BackendOps, MatmulSameInput) {
+  const std::vector<std::vector<int64_t>> sets = {{1024, 1024, 256, 256, 64}, {1024, 512}};
+  uint64_t stream = 7100;
+  for (hc::WType t : kAllTypes)
+    for (const std::vector<int64_t>& rows : sets) {
+      const int count = static_cast<int>(rows.size());
+      std::vector<HostWeight> hw;
+      std::vector<hc::DeviceWeight> dw;
+      std::vector<hc::WeightView> v;
+      for (int64_t r : rows) hw.push_back(make_weight(t, r, 4096, ++stream));
+      for (const HostWeight& h : hw) dw.push_back(upload(ctx(), h));
+      for (const hc::DeviceWeight& d : dw) v.push_back(d.view);
+      const bool ok = hc::matvec_same_input_ok(v.data(), count);
+      EXPECT_EQ(ok, t != hc::WType::MXFP4) << hc::wtype_name(t);
+      if (!ok) continue;
+      const std::vector<float> x = randv(4096, ++stream);
+      Dev<float> dx(ctx(), x);
+      std::vector<Dev<float>> dy;
+      std::vector<float*> y;
+      for (int64_t r : rows) dy.emplace_back(ctx(), static_cast<size_t>(r));
+      for (Dev<float>& d : dy) d.poison(), y.push_back(d.p());
+      hc::matvec_same_input(ctx(), v.data(), y.data(), count, dx.p());
+      for (int i = 0; i < count; ++i) {
+        const std::string shape = dims({rows[i], 4096}) + " of " + std::to_string(count);
+        const std::vector<float> got = dy[i].get();
+        check("matvec-same-x", hc::wtype_name(t), shape, got, cpu_matmul(hw[i], x, 1), 1e-5);
+        if (t != hc::WType::Q8_0 && t != hc::WType::FP8_B128) continue;  // (the others: matmul takes mv1 by size)
+        Dev<float> one(ctx(), static_cast<size_t>(rows[i]));
+        one.poison();
+        hc::matmul(ctx(), v[i], dx.p(), 1, one.p());
+        const std::vector<float> alone = one.get();
+        int64_t differ = 0;
+        for (size_t k = 0; k < got.size(); ++k) differ += std::memcmp(&got[k], &alone[k], 4) != 0;
+        check_exact("matvec-same-x", "vs matmul", hc::wtype_name(t) + shape, differ);
+      }
+    }
+  const hc::DeviceWeight f16 = upload(ctx(), make_weight(hc::WType::F16, 64, 4096, 7190)),
+                         bf16 = upload(ctx(), make_weight(hc::WType::BF16, 64, 4096, 7191));
+  const hc::WeightView mixed[2] = {f16.view, bf16.view};
+  EXPECT_FALSE(hc::matvec_same_input_ok(mixed, 2));
+}
+
 // Q8_0, FP8_B128, F16 and BF16 at n <= 32 on tensor cores (matvec_mma.cu) against the CPU twin and
 // against the f32 kernel, with f32 inputs (three bf16 terms), bf16-exact inputs as model
 // numerics' FP8-quantised or BF16-rounded ones (one term), and a mix of both in one launch;

@@ -22,11 +22,12 @@ struct AttnCtx {
 // The FP8-quantised copy of the sub-layer's input the FP8 linears take (x itself in reference
 // numerics); scratch from a.ops.
 const float* attn_linear_input(const AttnCtx& a, const float* x_in);
-// Query: c_q = q_norm(wq_a x) [n, q_lora_rank] (returned: the input of wq_b, which the indexer
-// shares), q = RoPE(rms(wq_b c_q)) [n, H, hd].
-const float* attn_query(const AttnCtx& a, const float* x, float* q);
 // The shared K = V row of each token: RoPE(kv_norm(wkv x)) [n, hd] (before any KV round trip).
 void attn_kv(const AttnCtx& a, const float* x, float* kv);
+// Query: c_q = q_norm(wq_a x) [n, q_lora_rank] (returned: the input of wq_b, which the indexer
+// shares), q = RoPE(rms(wq_b c_q)) [n, H, hd]; and attn_kv of the same x, the two input
+// projections (wq_a, wkv) as one Ops::matmuls.
+const float* attn_query_kv(const AttnCtx& a, const float* x, float* q, float* kv);
 // Output: inverse RoPE of o [n, H, hd] (in place), the grouped low-rank wo_a, then wo_b into y [n, D].
 void attn_output(const AttnCtx& a, float* o, float* y);
 

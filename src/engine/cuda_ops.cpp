@@ -241,6 +241,19 @@ class CudaOps : public Ops {
       throw Error(cat("matmul of", describe(W, n), " over ", n, " rows: ", e.what()));
     }
   }
+  void matmuls(const Mat* const* W, float* const* y, int count, const float* x, int64_t n) override {
+    constexpr int kMax = 8;
+    if (n == 1 && count >= 2 && count <= kMax) {
+      cuda::WeightView v[kMax];
+      for (int i = 0; i < count; ++i) v[i] = weight(*W[i]);
+      if (cuda::matvec_same_input_ok(v, count)) {
+        auto prof = prof_.scope("matmuls", [&] { return describe(*W[0], n) + " and " + std::to_string(count - 1) + " more"; });
+        cuda::matvec_same_input(ctx_, v, y, count, x);
+        return;
+      }
+    }
+    Ops::matmuls(W, y, count, x, n);
+  }
   void grouped_matmul(const Mat& W, int groups, const float* x, int64_t n, float* y) override {
     auto prof = prof_.scope("grouped_matmul", [&] { return describe(W, n); });
     try {

@@ -154,6 +154,12 @@ class Ops {
 
   virtual void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) = 0;
   virtual void matmul(const Mat& W, const float* x, int64_t n, float* y) = 0;
+  // y[i] = W[i] x for `count` matrices on the same input (the projections a sub-layer takes
+  // from one x); a device backend may run them as one launch (the same values as matmul's where
+  // that launch is the kernel matmul takes alone).
+  virtual void matmuls(const Mat* const* W, float* const* y, int count, const float* x, int64_t n) {
+    for (int i = 0; i < count; ++i) matmul(*W[i], x, n, y[i]);
+  }
   // Grouped low-rank output: y[t, g*R + j] = W[g*R + j] . x[t, g*in : (g+1)*in]
   virtual void grouped_matmul(const Mat& W, int groups, const float* x, int64_t n, float* y) = 0;
   virtual void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, float eps, float* y) = 0;

@@ -94,11 +94,10 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   // (compressor, indexer weights) read x_in.
   const AttnCtx a_ctx{ops_, c, L, rope, pos, n, model()};
   // Query: low-rank with q_norm (c_q is kept for the indexer), per-head RMS, RoPE on the tail.
+  // The single shared K = V row of each token from the same x (wq_a and wkv in one Ops::matmuls).
   float* q = ops_.alloc(n * H * hd);
-  const float* cq_in = attn_query(a_ctx, x, q);
-  // The single shared K = V row of each token.
   float* kv = ops_.alloc(n * hd);
-  attn_kv(a_ctx, x, kv);
+  const float* cq_in = attn_query_kv(a_ctx, x, q, kv);
   const int li = L.layer - w_.begin;
   // Into the pool in its row form (under model numerics that is the FP8 round trip), then this
   // step's rows as attention reads them.
@@ -109,23 +108,31 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   const int64_t width = L.comp.coff * hd, ID = c.index_head_dim, IH = c.index_n_heads, K = c.index_topk;
   float *a = nullptr, *g = nullptr, *ia = nullptr, *ig = nullptr, *iq = nullptr, *iw = nullptr;
   int32_t* selected = nullptr;
+  // The projections of x_in (compressor, indexer compressor, indexer head weights) in one
+  // Ops::matmuls; the indexer's queries come from c_q.
+  const Mat* mats[5];
+  float* outs[5];
+  int nm = 0;
   if (L.has_compressor) {
     a = ops_.alloc(n * width);
     g = ops_.alloc(n * width);
-    ops_.matmul(L.comp.wkv, x_in, n, a);
-    ops_.matmul(L.comp.wgate, x_in, n, g);
+    mats[nm] = &L.comp.wkv, outs[nm++] = a;
+    mats[nm] = &L.comp.wgate, outs[nm++] = g;
   }
   if (L.has_indexer) {
     ia = ops_.alloc(n * 2 * ID);
     ig = ops_.alloc(n * 2 * ID);
-    ops_.matmul(L.idx_comp.wkv, x_in, n, ia);
-    ops_.matmul(L.idx_comp.wgate, x_in, n, ig);
+    iw = ops_.alloc(n * IH);
+    mats[nm] = &L.idx_comp.wkv, outs[nm++] = ia;
+    mats[nm] = &L.idx_comp.wgate, outs[nm++] = ig;
+    mats[nm] = &L.idx_proj, outs[nm++] = iw;
+  }
+  if (nm > 0) ops_.matmuls(mats, outs, nm, x_in, n);
+  if (L.has_indexer) {
     iq = ops_.alloc(n * IH * ID);
     ops_.matmul(L.idx_wq_b, cq_in, n, iq);
     ops_.rope_bf16(iq, n, IH, ID, rope, pos, +1, rounding(true, false));
     if (model()) ops_.indexer_fp4_sim(iq, n * IH, ID);
-    iw = ops_.alloc(n * IH);
-    ops_.matmul(L.idx_proj, x_in, n, iw);
     ops_.scale_bf16(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)), rounding(true, false));
     selected = reinterpret_cast<int32_t*>(ops_.alloc(n * K));
   }

@@ -99,6 +99,12 @@ const char* matmul_path_name(MatmulPath p);
 // one kernel shape (one row per warp) and ignore R.
 constexpr int kMatvecTensorCores = -1;
 void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int rows_per_warp);
+// y[i] = W[i] x for `count` (2..8) matrices on one input row, in one launch of the n == 1
+// register-input kernel: where matvec_same_input_ok (one type and width that kernel takes; the
+// projections' sizes, <= 32 MB together). Each row's sums are that kernel's, as matmul gives them
+// where it takes the kernel alone.
+bool matvec_same_input_ok(const WeightView* W, int count);
+void matvec_same_input(DeviceContext& ctx, const WeightView* W, float* const* y, int count, const float* x);
 
 // ---------------------------------------------------------------------------------------
 // RMSNorm over rows of d: y = w * x * rsqrt(mean(x^2) + eps); w == nullptr: unweighted.
