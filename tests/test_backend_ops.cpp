@@ -132,52 +132,6 @@ TEST_F(BackendOps, MatmulLeadingDimensions) {
   }
 }
 
-// Several matrices on one input row in one launch (a sub-layer's projections of the same x: the
-// compressors' and the indexer's at Flash shapes, wq_a + wkv), every type the n == 1 register
-// kernel takes: against the CPU twin, and bit for bit against matmul where matmul takes that
-// kernel alone (small native matrices); MXFP4 and mixed types are refused.
-TEST_F(BackendOps, MatmulSameInput) {
-  const std::vector<std::vector<int64_t>> sets = {{1024, 1024, 256, 256, 64}, {1024, 512}};
-  uint64_t stream = 7100;
-  for (hc::WType t : kAllTypes)
-    for (const std::vector<int64_t>& rows : sets) {
-      const int count = static_cast<int>(rows.size());
-      std::vector<HostWeight> hw;
-      std::vector<hc::DeviceWeight> dw;
-      std::vector<hc::WeightView> v;
-      for (int64_t r : rows) hw.push_back(make_weight(t, r, 4096, ++stream));
-      for (const HostWeight& h : hw) dw.push_back(upload(ctx(), h));
-      for (const hc::DeviceWeight& d : dw) v.push_back(d.view);
-      const bool ok = hc::matvec_same_input_ok(v.data(), count);
-      EXPECT_EQ(ok, t != hc::WType::MXFP4) << hc::wtype_name(t);
-      if (!ok) continue;
-      const std::vector<float> x = randv(4096, ++stream);
-      Dev<float> dx(ctx(), x);
-      std::vector<Dev<float>> dy;
-      std::vector<float*> y;
-      for (int64_t r : rows) dy.emplace_back(ctx(), static_cast<size_t>(r));
-      for (Dev<float>& d : dy) d.poison(), y.push_back(d.p());
-      hc::matvec_same_input(ctx(), v.data(), y.data(), count, dx.p());
-      for (int i = 0; i < count; ++i) {
-        const std::string shape = dims({rows[i], 4096}) + " of " + std::to_string(count);
-        const std::vector<float> got = dy[i].get();
-        check("matvec-same-x", hc::wtype_name(t), shape, got, cpu_matmul(hw[i], x, 1), 1e-5);
-        if (t != hc::WType::Q8_0 && t != hc::WType::FP8_B128) continue;  // (the others: matmul takes mv1 by size)
-        Dev<float> one(ctx(), static_cast<size_t>(rows[i]));
-        one.poison();
-        hc::matmul(ctx(), v[i], dx.p(), 1, one.p());
-        const std::vector<float> alone = one.get();
-        int64_t differ = 0;
-        for (size_t k = 0; k < got.size(); ++k) differ += std::memcmp(&got[k], &alone[k], 4) != 0;
-        check_exact("matvec-same-x", "vs matmul", hc::wtype_name(t) + shape, differ);
-      }
-    }
-  const hc::DeviceWeight f16 = upload(ctx(), make_weight(hc::WType::F16, 64, 4096, 7190)),
-                         bf16 = upload(ctx(), make_weight(hc::WType::BF16, 64, 4096, 7191));
-  const hc::WeightView mixed[2] = {f16.view, bf16.view};
-  EXPECT_FALSE(hc::matvec_same_input_ok(mixed, 2));
-}
-
 // Q8_0, FP8_B128, F16 and BF16 at n <= 32 on tensor cores (matvec_mma.cu) against the CPU twin and
 // against the f32 kernel, with f32 inputs (three bf16 terms), bf16-exact inputs as model
 // numerics' FP8-quantised or BF16-rounded ones (one term), and a mix of both in one launch;
@@ -351,17 +305,6 @@ TEST_F(BackendOps, Rope) {
   }
 }
 
-// The device form of one hyper-connection's weights.
-static hc::HcParams hc_params(const float* fn, const float* base, const float* scale, int hc, int64_t dim) {
-  hc::HcParams p;
-  p.fn = fn;
-  p.base = base;
-  p.scale = scale;
-  p.hc = hc;
-  p.dim = dim;
-  return p;
-}
-
 TEST_F(BackendOps, HyperConnections) {
   const int hcm = 4;
   for (int64_t D : {4096, 64}) {
@@ -435,36 +378,17 @@ TEST_F(BackendOps, HyperConnectionsTiming) {
   Dev<float> fn(ctx(), randv(static_cast<size_t>(mix * len), 700, 2.0f / std::sqrt(static_cast<float>(len))));
   Dev<float> base(ctx(), randv(static_cast<size_t>(mix), 701, 0.5f)), scale(ctx(), std::vector<float>{0.8f, 1.3f, 2.0f});
   const hc::HcParams gp = hc_params(fn.p(), base.p(), scale.p(), hcm, D);
-  cudaEvent_t a, b;
-  HS_CUDA_CHECK(cudaEventCreate(&a));
-  HS_CUDA_CHECK(cudaEventCreate(&b));
   for (int64_t n : {1, 7}) {
     Dev<float> X(ctx(), randv(static_cast<size_t>(n * len), 702, 2.0f)), u(ctx(), static_cast<size_t>(n * D)),
         post(ctx(), static_cast<size_t>(n * hcm)), comb(ctx(), static_cast<size_t>(n * hcm * hcm));
-    auto time_us = [&](const std::function<void()>& f) {
-      f();
-      ctx().synchronize();
-      std::vector<float> ms;
-      for (int rep = 0; rep < 15; ++rep) {
-        HS_CUDA_CHECK(cudaEventRecord(a, ctx().stream()));
-        for (int i = 0; i < 20; ++i) f();
-        HS_CUDA_CHECK(cudaEventRecord(b, ctx().stream()));
-        HS_CUDA_CHECK(cudaEventSynchronize(b));
-        float t = 0;
-        HS_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      return ms[7] * 1e3 / 20;
-    };
+    // us per call: events around 20 back-to-back calls, median of 15 repetitions
+    auto time_us = [&](const std::function<void()>& f) { return event_median_ms(ctx(), f, 20, 15) * 1e3 / 20; };
     const double pre = time_us([&] { hc::hc_pre(ctx(), gp, X.p(), n, u.p(), post.p(), comb.p()); });
     const double head = time_us([&] { hc::hc_head(ctx(), gp, X.p(), n, u.p()); });
     const double hpost = time_us([&] { hc::hc_post(ctx(), u.p(), post.p(), comb.p(), n, hcm, D, X.p()); });
     std::printf("[hc-timing] n=%lld D=%lld: hc_pre %.2f us, hc_head %.2f us, hc_post %.2f us per call\n",
                 static_cast<long long>(n), static_cast<long long>(D), pre, head, hpost);
   }
-  HS_CUDA_CHECK(cudaEventDestroy(a));
-  HS_CUDA_CHECK(cudaEventDestroy(b));
 }
 
 TEST_F(BackendOps, CompressPool) {

@@ -233,6 +233,7 @@ constexpr int64_t kHcClusterMaxTokens = 16;
 // The fused hand-over keeps a block's share of X after hc_post (float4 columns) and of u in
 // shared memory: at most this many of each (V4-Flash at 16 blocks: 256 of both).
 constexpr int kHcFuseMaxShare = 512;
+constexpr int kHcFuseMaxRow = 8192;  // and the whole row of u
 
 // Stream k of X after hc_post at one channel: post_k y + sum_j comb[j][k] old[j] (the one
 // arithmetic of hc_post_kernel and of the fused hand-over, so both give the same bits).
@@ -409,31 +410,35 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
   }
   if constexpr (FUSE) {
     cluster.sync();  // u is published; every read of the old X is done
-    auto u_at = [&](int64_t i) { return cluster.map_shared_rank(ush, static_cast<int>(i / cd))[i - i / cd * cd]; };
-    // The unfused rmsnorm's sum of squares, bit for bit: its T threads' in-order sums of
-    // elements vt, vt + T, ..., each warp's butterfly, then the warps' sums as block_sum adds them.
+    // The whole row of u from the blocks' shares (all loads in flight), then the unfused
+    // rmsnorm's sum of squares, bit for bit: its T threads' in-order sums of elements vt, vt + T,
+    // ..., each warp's butterfly, then the warps' sums as block_sum adds them.
+    __shared__ float urow[kHcFuseMaxRow];
+    for (int q = 0; q < kHcCluster; ++q) {
+      const float* src = cluster.map_shared_rank(ush, q);
+      const int64_t e1 = min64(cd, D - q * cd);
+      for (int64_t e = threadIdx.x; e < e1; e += blockDim.x) urow[q * cd + e] = src[e];
+    }
+    __syncthreads();
     __shared__ float nred[32];
     const int T = f.norm_threads;
     for (int vt0 = 0; vt0 < T; vt0 += kHcClusterThreads) {
       const int vt = vt0 + static_cast<int>(threadIdx.x);
       float ss = 0.f;
       if (vt < T)
-        for (int64_t i = vt; i < D; i += T) {
-          const float e = u_at(i);
-          ss = fmaf(e, e, ss);
-        }
+        for (int64_t i = vt; i < D; i += T) ss = fmaf(urow[i], urow[i], ss);
       ss = warp_sum(ss);
       if (lane == 0 && vt < T) nred[vt >> 5] = ss;
     }
     __syncthreads();
     const float inv = 1.0f / sqrtf(warp_sum(lane < T / 32 ? nred[lane] : 0.0f) / static_cast<float>(D) + f.eps);
     for (int64_t c = c_first; c < d1; c += blockDim.x)
-      f.xn[t * D + c] = norm_val(ush[c - d0], f.norm_w[c], inv, f.round_in, f.round_out);
+      f.xn[t * D + c] = norm_val(urow[c], f.norm_w[c], inv, f.round_in, f.round_out);
     if (f.xq) {  // act_quant_fp8's 128-blocks of xn, one warp each over the cluster
       constexpr int W = kHcClusterThreads / 32;
       for (int64_t b = static_cast<int64_t>(rank) * W + warp; b * 128 < D; b += kHcCluster * W)
         fp8_block_warp_of(
-            f.xq + t * D, [&](int64_t i) { return norm_val(u_at(i), f.norm_w[i], inv, f.round_in, f.round_out); },
+            f.xq + t * D, [&](int64_t i) { return norm_val(urow[i], f.norm_w[i], inv, f.round_in, f.round_out); },
             b * 128, min64(D, b * 128 + 128), false);
     }
     for (int64_t c = cf; c < c1; c += blockDim.x) reinterpret_cast<float4*>(x)[c] = xnew[c - c0];
@@ -546,7 +551,7 @@ void hc_stream_mean(DeviceContext& ctx, const float* X, int64_t n, int hc, int64
 bool hc_post_pre_norm_fits(DeviceContext& ctx, int hc, int64_t dim, int64_t n) {
   if (hc != 4 || n <= 0 || n > kHcClusterMaxTokens || dim % 4 != 0) return false;
   const int64_t ranks = hc_wide_cluster<false, true>(ctx) ? 16 : 8;
-  return (dim + ranks - 1) / ranks <= kHcFuseMaxShare;  // a block's share of X and of u
+  return (dim + ranks - 1) / ranks <= kHcFuseMaxShare && dim <= kHcFuseMaxRow;  // a block's share of X and of u; u
 }
 
 void hc_post_pre_norm(DeviceContext& ctx, const HcParams& p, const float* y, const float* post_in, const float* comb_in,
