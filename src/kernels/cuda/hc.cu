@@ -414,10 +414,13 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
     // rmsnorm's sum of squares, bit for bit: its T threads' in-order sums of elements vt, vt + T,
     // ..., each warp's butterfly, then the warps' sums as block_sum adds them.
     __shared__ float urow[kHcFuseMaxRow];
-    for (int q = 0; q < kHcCluster; ++q) {
-      const float* src = cluster.map_shared_rank(ush, q);
-      const int64_t e1 = min64(cd, D - q * cd);
-      for (int64_t e = threadIdx.x; e < e1; e += blockDim.x) urow[q * cd + e] = src[e];
+    for (int64_t e = threadIdx.x; e < cd; e += blockDim.x) {
+      float g[kHcCluster];
+#pragma unroll
+      for (int q = 0; q < kHcCluster; ++q) g[q] = q * cd + e < D ? cluster.map_shared_rank(ush, q)[e] : 0.f;
+#pragma unroll
+      for (int q = 0; q < kHcCluster; ++q)
+        if (q * cd + e < D) urow[q * cd + e] = g[q];
     }
     __syncthreads();
     __shared__ float nred[32];
@@ -549,9 +552,16 @@ void hc_stream_mean(DeviceContext& ctx, const float* X, int64_t n, int hc, int64
 }
 
 bool hc_post_pre_norm_fits(DeviceContext& ctx, int hc, int64_t dim, int64_t n) {
-  if (hc != 4 || n <= 0 || n > kHcClusterMaxTokens || dim % 4 != 0) return false;
-  const int64_t ranks = hc_wide_cluster<false, true>(ctx) ? 16 : 8;
-  return (dim + ranks - 1) / ranks <= kHcFuseMaxShare && dim <= kHcFuseMaxRow;  // a block's share of X and of u; u
+  if (hc != 4 || n <= 0 || n > kHcClusterMaxTokens || dim % 4 != 0 || dim > kHcFuseMaxRow) return false;
+  const bool wide = hc_wide_cluster<false, true>(ctx);
+  const int64_t ranks = wide ? 16 : 8;
+  if ((dim + ranks - 1) / ranks > kHcFuseMaxShare) return false;  // a block's share of X and of u
+  // One cluster per row, all at once: past that the launch runs in waves of the longer kernel,
+  // which costs more than the three ops (an H100 holds 7 clusters of 16: n = 8 took 35 us against
+  // 23 us, n = 1 17.6 against 16.9 before the row gather below was batched; docs/performance.md).
+  const void* k = wide ? reinterpret_cast<const void*>(hc_cluster_kernel<false, true, 16, 256>)
+                       : reinterpret_cast<const void*>(hc_cluster_kernel<false, true, 8, 512>);
+  return n <= ctx.active_clusters(k, static_cast<int>(ranks), wide ? 256 : 512, wide);
 }
 
 void hc_post_pre_norm(DeviceContext& ctx, const HcParams& p, const float* y, const float* post_in, const float* comb_in,
