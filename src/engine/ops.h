@@ -85,6 +85,9 @@ class Ops {
   virtual void set_moe_ksplit(int /*gate_up*/, int /*down*/) {}
   // Programmatic dependent launch of the backend's kernels (EngineOptions::pdl); others ignore it.
   virtual void set_pdl(bool /*on*/) {}
+  // The hand-over between sub-layers as one launch where the backend has it
+  // (EngineOptions::fused_handover); others run hc_post_pre's three ops whatever it says.
+  virtual void set_fused_handover(bool /*on*/) {}
   virtual std::string profile_report() { return {}; }
 
   // Scratch memory, stack-like: alloc() hands out backend memory until release_to(mark())

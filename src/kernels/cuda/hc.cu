@@ -557,8 +557,8 @@ bool hc_post_pre_norm_fits(DeviceContext& ctx, int hc, int64_t dim, int64_t n) {
   const int64_t ranks = wide ? 16 : 8;
   if ((dim + ranks - 1) / ranks > kHcFuseMaxShare) return false;  // a block's share of X and of u
   // One cluster per row, all at once: past that the launch runs in waves of the longer kernel,
-  // which costs more than the three ops (an H100 holds 7 clusters of 16: n = 8 took 35 us against
-  // 23 us, n = 1 17.6 against 16.9 before the row gather below was batched; docs/performance.md).
+  // which costs more than the three ops (on an H100, n = 8 took 35 us against their 23, about
+  // twice n = 1's 17.6: two waves; docs/performance.md).
   const void* k = wide ? reinterpret_cast<const void*>(hc_cluster_kernel<false, true, 16, 256>)
                        : reinterpret_cast<const void*>(hc_cluster_kernel<false, true, 8, 512>);
   return n <= ctx.active_clusters(k, static_cast<int>(ranks), wide ? 256 : 512, wide);
