@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -307,6 +308,41 @@ class BackendOps : public ::testing::Test {
   static std::unique_ptr<hc::DeviceContext> ctx_;
 };
 std::unique_ptr<hc::DeviceContext> BackendOps::ctx_;
+
+// The device form of one hyper-connection's weights.
+hc::HcParams hc_params(const float* fn, const float* base, const float* scale, int hc, int64_t dim) {
+  hc::HcParams p;
+  p.fn = fn;
+  p.base = base;
+  p.scale = scale;
+  p.hc = hc;
+  p.dim = dim;
+  return p;
+}
+
+// GPU time of `calls` back-to-back calls of f in ms, from events: the median (ms[reps / 2]) of
+// `reps` repetitions after a warm-up call (the timing tests print it; nothing asserts on it).
+double event_median_ms(hc::DeviceContext& ctx, const std::function<void()>& f, int calls = 1, int reps = 20) {
+  f();
+  ctx.synchronize();
+  cudaEvent_t a, b;
+  HS_CUDA_CHECK(cudaEventCreate(&a));
+  HS_CUDA_CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int rep = 0; rep < reps; ++rep) {
+    HS_CUDA_CHECK(cudaEventRecord(a, ctx.stream()));
+    for (int i = 0; i < calls; ++i) f();
+    HS_CUDA_CHECK(cudaEventRecord(b, ctx.stream()));
+    HS_CUDA_CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    HS_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  HS_CUDA_CHECK(cudaEventDestroy(a));
+  HS_CUDA_CHECK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[static_cast<size_t>(reps / 2)];
+}
 
 }  // namespace backend_ops_test
 using namespace backend_ops_test;

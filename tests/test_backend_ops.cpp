@@ -305,17 +305,6 @@ TEST_F(BackendOps, Rope) {
   }
 }
 
-// The device form of one hyper-connection's weights.
-static hc::HcParams hc_params(const float* fn, const float* base, const float* scale, int hc, int64_t dim) {
-  hc::HcParams p;
-  p.fn = fn;
-  p.base = base;
-  p.scale = scale;
-  p.hc = hc;
-  p.dim = dim;
-  return p;
-}
-
 TEST_F(BackendOps, HyperConnections) {
   const int hcm = 4;
   for (int64_t D : {4096, 64}) {
@@ -389,36 +378,17 @@ TEST_F(BackendOps, HyperConnectionsTiming) {
   Dev<float> fn(ctx(), randv(static_cast<size_t>(mix * len), 700, 2.0f / std::sqrt(static_cast<float>(len))));
   Dev<float> base(ctx(), randv(static_cast<size_t>(mix), 701, 0.5f)), scale(ctx(), std::vector<float>{0.8f, 1.3f, 2.0f});
   const hc::HcParams gp = hc_params(fn.p(), base.p(), scale.p(), hcm, D);
-  cudaEvent_t a, b;
-  HS_CUDA_CHECK(cudaEventCreate(&a));
-  HS_CUDA_CHECK(cudaEventCreate(&b));
   for (int64_t n : {1, 7}) {
     Dev<float> X(ctx(), randv(static_cast<size_t>(n * len), 702, 2.0f)), u(ctx(), static_cast<size_t>(n * D)),
         post(ctx(), static_cast<size_t>(n * hcm)), comb(ctx(), static_cast<size_t>(n * hcm * hcm));
-    auto time_us = [&](const std::function<void()>& f) {
-      f();
-      ctx().synchronize();
-      std::vector<float> ms;
-      for (int rep = 0; rep < 15; ++rep) {
-        HS_CUDA_CHECK(cudaEventRecord(a, ctx().stream()));
-        for (int i = 0; i < 20; ++i) f();
-        HS_CUDA_CHECK(cudaEventRecord(b, ctx().stream()));
-        HS_CUDA_CHECK(cudaEventSynchronize(b));
-        float t = 0;
-        HS_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t);
-      }
-      std::sort(ms.begin(), ms.end());
-      return ms[7] * 1e3 / 20;
-    };
+    // us per call: events around 20 back-to-back calls, median of 15 repetitions
+    auto time_us = [&](const std::function<void()>& f) { return event_median_ms(ctx(), f, 20, 15) * 1e3 / 20; };
     const double pre = time_us([&] { hc::hc_pre(ctx(), gp, X.p(), n, u.p(), post.p(), comb.p()); });
     const double head = time_us([&] { hc::hc_head(ctx(), gp, X.p(), n, u.p()); });
     const double hpost = time_us([&] { hc::hc_post(ctx(), u.p(), post.p(), comb.p(), n, hcm, D, X.p()); });
     std::printf("[hc-timing] n=%lld D=%lld: hc_pre %.2f us, hc_head %.2f us, hc_post %.2f us per call\n",
                 static_cast<long long>(n), static_cast<long long>(D), pre, head, hpost);
   }
-  HS_CUDA_CHECK(cudaEventDestroy(a));
-  HS_CUDA_CHECK(cudaEventDestroy(b));
 }
 
 TEST_F(BackendOps, CompressPool) {

@@ -357,28 +357,6 @@ std::vector<Kind> all_kinds() {
   return v;
 }
 
-double median_ms(hc::DeviceContext& c, const std::function<void()>& f) {
-  f();
-  c.synchronize();
-  cudaEvent_t a, b;
-  HS_CUDA_CHECK(cudaEventCreate(&a));
-  HS_CUDA_CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 20; ++i) {
-    HS_CUDA_CHECK(cudaEventRecord(a, c.stream()));
-    f();
-    HS_CUDA_CHECK(cudaEventRecord(b, c.stream()));
-    HS_CUDA_CHECK(cudaEventSynchronize(b));
-    float t = 0;
-    HS_CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  HS_CUDA_CHECK(cudaEventDestroy(a));
-  HS_CUDA_CHECK(cudaEventDestroy(b));
-  std::sort(ms.begin(), ms.end());
-  return ms[10];
-}
-
 }  // namespace
 
 // Every weight type: D 256, I 128 (256 for 256-element blocks), 16 experts, k 4; model
@@ -474,7 +452,7 @@ TEST_F(BackendOps, MoeExpertsFlash) {
       Bufs r(ctx(), p, p.input(n, 42700), n, rt);
       for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
         if (decode && m == hc::GemmMode::Bf16) continue;  // decode ignores the mode
-        const double ms = median_ms(ctx(), [&] {
+        const double ms = event_median_ms(ctx(), [&] {
           hc::moe_experts(ctx(), p.d1.view, p.d3.view, p.d2.view, p.E, r.x.p(), n, r.idx.p(), r.wt.p(), p.k, kLimit, m,
                           r.ws.p(), r.y.p());
         });
@@ -488,7 +466,7 @@ TEST_F(BackendOps, MoeExpertsFlash) {
       if (p.sh) {  // routed + shared, reference and model numerics
         for (bool model : {false, true}) {
           const hc::GemmMode m = decode ? hc::GemmMode::F32 : hc::GemmMode::Bf16;
-          const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, model); });
+          const double ms = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, m, model); });
           if (decode)
             std::printf("[moe-timing] %-14s n=%-4lld +shared %-9s %5.1f us  %5.0f GB/s of %.1f MB\n", name.c_str(),
                         static_cast<long long>(n), model ? "model" : "reference", ms * 1e3,
@@ -561,9 +539,9 @@ TEST_F(BackendOps, MoeExpertsQ2MixFlashTiming) {
   for (int64_t n : {2, 4, 8, 16, 32}) {
     const Routing rt = make_routing(n, p.k, p.E, 48100 + n);
     Bufs r(ctx(), p, p.input(n, 48200 + n, true), n, rt);
-    const double g = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true); });
+    const double g = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true); });
     const double s =
-        median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, kPerSlot); });
+        event_median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, kPerSlot); });
     std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model: grouped %7.1f us, per-slot %7.1f us\n",
                 static_cast<long long>(n), g * 1e3, s * 1e3);
     if (n == 8 || n == 32)
@@ -579,9 +557,9 @@ TEST_F(BackendOps, MoeExpertsQ2MixFlashTiming) {
     const Routing rt = make_routing(n, p.k, p.E, 48300 + n);
     const std::vector<float> xq = p.input(n, 48400 + n, true);
     Bufs r(ctx(), p, xq, n, rt);
-    const double i8 = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, s8); });
-    const double g8 = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, gu); });
-    const double b = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, bf); });
+    const double i8 = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, s8); });
+    const double g8 = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, gu); });
+    const double b = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, bf); });
     std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model %s: int8 both %7.1f us, int8 gate/up only %7.1f us, bf16 %7.1f us\n",
                 static_cast<long long>(n), n < 8 ? "per-slot" : "grouped", i8 * 1e3, g8 * 1e3, b * 1e3);
     check("moe-decode-model", "IQ2_XXS+Q2_K+Q8_0", "Flash n=" + std::to_string(n) + " int8",
@@ -610,7 +588,7 @@ TEST_F(BackendOps, MoeExpertsQ2MixSplits) {
         hc::MoeTuning t;
         (which == 0 ? t.gate_up_ksplit : t.down_ksplit) = ks;
         const std::string cfg = std::string(which == 0 ? "gate/up" : "down") + " ks=" + std::to_string(ks);
-        const double ms = median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, t); });
+        const double ms = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, hc::GemmMode::F32, true, t); });
         std::printf("[moe-timing] q2 mix+Q8_0 n=%-3lld model %-12s %7.1f us\n", static_cast<long long>(n),
                     cfg.c_str(), ms * 1e3);
         if (!checked) continue;
@@ -663,8 +641,8 @@ TEST_F(BackendOps, MoeExpertsQ2MixPrefill) {
   Bufs r(ctx(), p, p.input(n, 52302, true), n, rt);
   for (hc::GemmMode m : {hc::GemmMode::F32, hc::GemmMode::Bf16}) {
     const bool bf = m == hc::GemmMode::Bf16;
-    const double g = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true); });
-    const double o = median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, generic); });
+    const double g = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true); });
+    const double o = event_median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, generic); });
     std::printf("[moe-timing] q2 mix+Q8_0 n=512 model %s: grouped %8.1f us, generic %8.1f us\n",
                 bf ? "bf16" : "f32", g * 1e3, o * 1e3);
     if (bf)
@@ -672,7 +650,7 @@ TEST_F(BackendOps, MoeExpertsQ2MixPrefill) {
         hc::MoeTuning t;
         t.gate_up_ksplit = t.down_ksplit = ks;
         std::printf("[moe-timing] q2 mix+Q8_0 n=512 model bf16: grouped ks=%d %8.1f us\n", ks,
-                    1e3 * median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, t); }));
+                    1e3 * event_median_ms(ctx(), [&] { r.call(ctx(), p, n, m, true, t); }));
       }
     check("moe-prefill-grouped-vs-generic", "IQ2_XXS+Q2_K+Q8_0", std::string("Flash n=512 ") + (bf ? "bf16" : "f32"),
           r.run(ctx(), p, n, m, true), r.run(ctx(), p, n, m, true, generic), 1e-2);

@@ -147,15 +147,20 @@ TEST(CliBadInput, CudaGraphsSwitch) {
   EXPECT_NE(h.out.find("--cuda-graphs"), std::string::npos) << h.out;
 }
 
-// --pdl (programmatic dependent launch of CUDA kernels) takes on|off, refused before the model
-// loads; a CPU engine launches no kernels, so on still computes the fixture's logits.
-TEST(CliBadInput, PdlSwitch) {
-  const std::string d = tmpdir("pdl");
-  const std::string tok = tokens_file(d, {1, 2, 3, 4});
-  const std::string cmd = "logits " + kData + "/tiny --tokens " + tok + " --out " + d + "/o.npy --pdl ";
-  expect_error(test::run_cli(cmd + "yes"), "--pdl: expected on or off, got 'yes'");
-  EXPECT_EQ(test::run_cli(cmd + "on").code, 0);
-  EXPECT_NE(test::run_cli("bench --help").out.find("--pdl"), std::string::npos);
+// The CUDA launch switches --pdl (programmatic dependent launch) and --fused-handover (the
+// hand-over between sub-layers as one launch) take on|off, refused before the model loads; a CPU
+// engine launches no kernels, so on still computes the fixture's logits, the same as off.
+TEST(CliBadInput, CudaLaunchSwitches) {
+  for (const std::string sw : {"pdl", "fused-handover"}) {
+    const std::string d = tmpdir(sw);
+    const std::string tok = tokens_file(d, {1, 2, 3, 4});
+    const std::string cmd = "logits " + kData + "/tiny --tokens " + tok + " --out " + d + "/";
+    expect_error(test::run_cli(cmd + "o.npy --" + sw + " yes"), "--" + sw + ": expected on or off, got 'yes'");
+    ASSERT_EQ(test::run_cli(cmd + "on.npy --" + sw + " on").code, 0);
+    ASSERT_EQ(test::run_cli(cmd + "off.npy --" + sw + " off").code, 0);
+    EXPECT_EQ(npy::read_f32(d + "/on.npy").data, npy::read_f32(d + "/off.npy").data) << sw;
+    EXPECT_NE(test::run_cli("bench --help").out.find("--" + sw), std::string::npos) << sw;
+  }
 }
 
 // --moe-ksplit (a tuning of the CUDA q2 mix MoE) takes two K-splits of 0, 1, 2, 4, 8, refused

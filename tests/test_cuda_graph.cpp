@@ -66,7 +66,8 @@ struct Case {
 class CudaGraph : public ::testing::TestWithParam<Case> {};
 
 // 300 steps of tiny (window 8, ratios 4 and 8) close thousands of windows and grow the
-// ratio-4 entries past their first capacity of 64 (a new shape: captured again).
+// ratio-4 entries past their first capacity of 64 (a new shape: captured again). The same steps
+// with the fused hand-over between sub-layers give the same bits.
 TEST_P(CudaGraph, OneSequenceMatchesOpByOp) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::string dir = std::string(HS_TEST_DATA) + "/" + GetParam().fixture;
@@ -86,6 +87,12 @@ TEST_P(CudaGraph, OneSequenceMatchesOpByOp) {
   if (GetParam().pdl) {  // op by op with PDL: the same bits as without
     Engine eager(dir, options({"cuda:0"}, GetParam().numerics, false, true));
     EXPECT_EQ(first_diff(generate(eager, prompt, steps)), -1) << "op by op with PDL differs";
+  }
+  {  // the hand-over between sub-layers as one launch (EngineOptions::fused_handover): the same bits
+    EngineOptions o = options({"cuda:0"}, GetParam().numerics, true, GetParam().pdl);
+    o.fused_handover = true;
+    Engine fused(dir, o);
+    EXPECT_EQ(first_diff(generate(fused, prompt, steps)), -1) << "the fused hand-over differs";
   }
   const StepGraphStats s = on.graph_stats(), t = off.graph_stats();
   std::printf("[cuda-graph] %s %s: %d steps: %lld captured, %lld replayed, %lld op by op, %lld failed\n",

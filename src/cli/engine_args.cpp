@@ -30,6 +30,9 @@ std::vector<OptionSpec> engine_option_specs(const std::string& device_help, cons
        "block of its gate/up and down kernels, each 1, 2, 4 or 8 (default 0,0: the measured rule)", "GU,DOWN"},
       {"pdl", true, "programmatic dependent launch on CUDA shards: each kernel launches while the one before it "
        "runs and waits for it on the GPU, hiding launch gaps: on or off (default on)", "on|off"},
+      {"fused-handover", true, "on CUDA shards, run each hand-over between sub-layers (hc_post, the next hc_pre "
+       "and its norm) as one launch, with the same results: on or off (default off: not yet measured faster)",
+       "on|off"},
       {"state-memory", true, "GiB for each shard's state pool (every sequence's KV rows and compressed entries, "
        "in pages; default: what the weights leave on a GPU less 4 GiB and a tenth of it, a quarter of RAM on the "
        "CPU, at most what --max-seqs sequences of the full context take)", "GIB"},
@@ -53,6 +56,7 @@ EngineOptions engine_options(const ParsedArgs& a, const std::string& default_dev
   o.peer_access = a.get_or("peer-access", "auto");  // (checked by the engine, before any load)
   o.cuda_graphs = a.get_on_off("cuda-graphs", o.cuda_graphs);
   o.pdl = a.get_on_off("pdl", o.pdl);
+  o.fused_handover = a.get_on_off("fused-handover", o.fused_handover);
   if (a.has("moe-ksplit")) {
     const std::vector<int> ks = parse_int_list("--moe-ksplit", *a.get("moe-ksplit"));
     HS_CHECK(ks.size() == 2, "--moe-ksplit: expected two K-splits GU,DOWN, got ", ks.size(), " values");

@@ -15,11 +15,11 @@ const float* attn_linear_input(const AttnCtx& a, const float* x_in) {
   return xq;
 }
 
-const float* attn_query(const AttnCtx& a, const float* x, float* q) {
+namespace {
+// attn_query after wq_a (cq [n, q_lora_rank] = wq_a x): q_norm, wq_b, the per-head norm and RoPE.
+const float* query_from(const AttnCtx& a, float* cq, float* q) {
   const ModelConfig& c = a.c;
   const int64_t n = a.n, H = c.n_heads, hd = c.head_dim;
-  float* cq = a.ops.alloc(n * c.q_lora_rank);
-  a.ops.matmul(a.L.wq_a, x, n, cq);
   // c_q is read only as the FP8 input of wq_b and the indexer's wq_b: quantised in place.
   if (a.model) a.ops.rmsnorm_bf16_fp8(cq, a.L.q_norm, n, c.norm_eps, cq, cq, rounding(a, true, true));
   else a.ops.rmsnorm_bf16(cq, a.L.q_norm, n, c.norm_eps, cq, rounding(a, true, true));
@@ -29,11 +29,26 @@ const float* attn_query(const AttnCtx& a, const float* x, float* q) {
                           rounding(a, false, true));
   return cq_in;
 }
+// attn_kv after wkv: kv_norm and RoPE.
+void kv_from(const AttnCtx& a, float* kv) {
+  a.ops.rmsnorm_rope_bf16(kv, &a.L.kv_norm, a.n, 1, a.c.head_dim, a.c.norm_eps, a.rope, a.pos, rounding(a, true, true),
+                          {});
+}
+}  // namespace
 
 void attn_kv(const AttnCtx& a, const float* x, float* kv) {
-  const int64_t hd = a.c.head_dim;
   a.ops.matmul(a.L.wkv, x, a.n, kv);
-  a.ops.rmsnorm_rope_bf16(kv, &a.L.kv_norm, a.n, 1, hd, a.c.norm_eps, a.rope, a.pos, rounding(a, true, true), {});
+  kv_from(a, kv);
+}
+
+const float* attn_query_kv(const AttnCtx& a, const float* x, float* q, float* kv) {
+  float* cq = a.ops.alloc(a.n * a.c.q_lora_rank);
+  const Mat* W[2] = {&a.L.wq_a, &a.L.wkv};
+  float* y[2] = {cq, kv};
+  a.ops.matmuls(W, y, 2, x, a.n);
+  const float* cq_in = query_from(a, cq, q);
+  kv_from(a, kv);
+  return cq_in;
 }
 
 void attn_output(const AttnCtx& a, float* o, float* y) {
@@ -54,13 +69,11 @@ void block_hc_post(const AttnCtx& a, const float* y, const float* post, const fl
 
 void ffn_sublayer(const AttnCtx& a, const int32_t* tokens, float* X, float* u, float* post, float* comb, float* xn,
                   float* y) {
-  a.ops.hc_pre(a.L.hc_ffn, a.c, X, a.n, u, post, comb);
   // Under model numerics the experts' FP8 input comes out of the norm's launch as well.
   float* xq = a.model ? a.ops.alloc(a.n * a.c.dim) : nullptr;
-  if (xq) a.ops.rmsnorm_bf16_fp8(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, xq, rounding(a, true, true));
-  else a.ops.rmsnorm_bf16(u, a.L.ffn_norm, a.n, a.c.norm_eps, xn, rounding(a, true, true));
+  a.ops.hc_post_pre(y, post, comb, a.model, a.n, a.c, X,
+                    {&a.L.hc_ffn, &a.L.ffn_norm, u, post, comb, xn, xq, rounding(a, true, true)});
   a.ops.moe(a.L, a.c, xn, xq, tokens, a.n, a.model ? Numerics::Model : Numerics::Reference, y);
-  block_hc_post(a, y, post, comb, X);
 }
 
 }  // namespace hs

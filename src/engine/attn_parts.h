@@ -22,18 +22,21 @@ struct AttnCtx {
 // The FP8-quantised copy of the sub-layer's input the FP8 linears take (x itself in reference
 // numerics); scratch from a.ops.
 const float* attn_linear_input(const AttnCtx& a, const float* x_in);
-// Query: c_q = q_norm(wq_a x) [n, q_lora_rank] (returned: the input of wq_b, which the indexer
-// shares), q = RoPE(rms(wq_b c_q)) [n, H, hd].
-const float* attn_query(const AttnCtx& a, const float* x, float* q);
 // The shared K = V row of each token: RoPE(kv_norm(wkv x)) [n, hd] (before any KV round trip).
 void attn_kv(const AttnCtx& a, const float* x, float* kv);
+// Query: c_q = q_norm(wq_a x) [n, q_lora_rank] (returned: the input of wq_b, which the indexer
+// shares), q = RoPE(rms(wq_b c_q)) [n, H, hd]; and attn_kv of the same x, the two input
+// projections (wq_a, wkv) as one Ops::matmuls.
+const float* attn_query_kv(const AttnCtx& a, const float* x, float* q, float* kv);
 // Output: inverse RoPE of o [n, H, hd] (in place), the grouped low-rank wo_a, then wo_b into y [n, D].
 void attn_output(const AttnCtx& a, float* o, float* y);
 
 // The rest of a block, the same for both: hc_post of a sub-layer's output y [n, D] into the HC
-// state X (bf16(X) after it under model numerics), and the whole FFN sub-layer
-// X = hc_post(moe(ffn_norm(hc_pre_ffn(X)))) with the caller's scratch u/xn/y [n, D],
-// post [n, hc], comb [n, hc, hc]; tokens [n] drive the hash-routed layers.
+// state X (bf16(X) after it under model numerics); the FFN sub-layer from the attention's output
+// y and its post [n, hc] / comb [n, hc, hc]: the hand-over (hc_post of y, the FFN's hc_pre and norm:
+// Ops::hc_post_pre) and moe(ffn_norm(...)) into y, with the caller's scratch u/xn [n, D]; tokens
+// [n] drive the hash-routed layers. post/comb then hold the FFN's coefficients: its hc_post
+// (block_hc_post, or the hand-over to the next layer) is the caller's.
 void block_hc_post(const AttnCtx& a, const float* y, const float* post, const float* comb, float* X);
 void ffn_sublayer(const AttnCtx& a, const int32_t* tokens, float* X, float* u, float* post, float* comb, float* xn,
                   float* y);

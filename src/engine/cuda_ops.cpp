@@ -72,6 +72,7 @@ class CudaOps : public Ops {
   void set_profiling(bool on) override { prof_.enable(on); }
   void set_moe_ksplit(int gate_up, int down) override { moe_tune_.gate_up_ksplit = gate_up, moe_tune_.down_ksplit = down; }
   void set_pdl(bool on) override { ctx_.set_pdl(on); }
+  void set_fused_handover(bool on) override { fused_handover_ = on; }
   std::string profile_report() override { return prof_.report(); }
 
   // ---- memory: a stack of allocations over blocks that only grow (never moved or freed early)
@@ -241,6 +242,19 @@ class CudaOps : public Ops {
       throw Error(cat("matmul of", describe(W, n), " over ", n, " rows: ", e.what()));
     }
   }
+  void matmuls(const Mat* const* W, float* const* y, int count, const float* x, int64_t n) override {
+    constexpr int kMax = 8;
+    if (n == 1 && count >= 2 && count <= kMax) {
+      cuda::WeightView v[kMax];
+      for (int i = 0; i < count; ++i) v[i] = weight(*W[i]);
+      if (cuda::matvec_same_input_ok(v, count)) {
+        auto prof = prof_.scope("matmuls", [&] { return describe(*W[0], n) + " and " + std::to_string(count - 1) + " more"; });
+        cuda::matvec_same_input(ctx_, v, y, count, x);
+        return;
+      }
+    }
+    Ops::matmuls(W, y, count, x, n);
+  }
   void grouped_matmul(const Mat& W, int groups, const float* x, int64_t n, float* y) override {
     auto prof = prof_.scope("grouped_matmul", [&] { return describe(W, n); });
     try {
@@ -298,6 +312,14 @@ class CudaOps : public Ops {
                     float* X) override {
     auto prof = prof_.scope("hc_post");
     cuda::hc_post(ctx_, y, post, comb, n, c.hc_mult, c.dim, X, true);
+  }
+  void hc_post_pre(const float* y, const float* post_in, const float* comb_in, bool post_round, int64_t n,
+                   const ModelConfig& c, float* X, const HcNext& next) override {
+    if (!fused_handover_ || !cuda::hc_post_pre_norm_fits(ctx_, c.hc_mult, c.dim, n) || next.xq == next.xn)
+      return Ops::hc_post_pre(y, post_in, comb_in, post_round, n, c, X, next);
+    auto prof = prof_.scope("hc_post_pre");
+    cuda::hc_post_pre_norm(ctx_, hc_params(*next.w, c), y, post_in, comb_in, post_round, X, n, next.u, next.post,
+                           next.comb, vec(*next.norm), c.norm_eps, {next.r.in, next.r.out}, next.xn, next.xq);
   }
   void copy(float* dst, const float* src, int64_t n) override {
     auto prof = prof_.scope("copy");
@@ -638,6 +660,7 @@ class CudaOps : public Ops {
   std::unique_ptr<cuda::SynthPool> synth_;  // pools of random quantised rows (synthetic models)
   CudaOpProfile prof_;
   cuda::MoeTuning moe_tune_;  // EngineOptions::moe_ksplit
+  bool fused_handover_ = false;  // EngineOptions::fused_handover
   std::vector<Block> blocks_;
   size_t cur_ = 0;
   std::vector<std::pair<size_t, size_t>> stack_;  // (block, top before the allocation)

@@ -160,9 +160,8 @@ std::vector<DsparkBlock> DsparkDrafter::draft_blocks(std::span<const DsparkSeque
     const AttnCtx a{ops_, c_, L, rope_, pos.data(), n, model()};
     const float* x = attn_linear_input(a, xn);
     float* q = ops_.alloc(n * H * hd);
-    attn_query(a, x, q);
     float* kv = ops_.alloc(n * hd);
-    attn_kv(a, x, kv);
+    attn_query_kv(a, x, q, kv);
     if (model()) ops_.kv_fp8_sim(kv, n, hd, hd - c_.rope_dim);
     ops_.download(kvb.data(), kv, n * hd);
     // Attention with sink, per block, over [its context ring ; the whole block] (no causal mask
@@ -179,8 +178,8 @@ std::vector<DsparkBlock> DsparkDrafter::draft_blocks(std::span<const DsparkSeque
       ops_.attention_dense(q + r * B * H * hd, B, H, hd, kvh.data(), n_ctx + B, L.sinks, scale, o + r * B * H * hd);
     }
     attn_output(a, o, y);
-    block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, tokens.data(), X, u, post, comb, xn, y);
+    block_hc_post(a, y, post, comb, X);
     ops_.release_to(mark);
   }
   // Only the rows whose drafts are asked for go on (the whole block went through the stages: its

@@ -54,6 +54,7 @@ std::unique_ptr<Ops> make_ops(const std::string& device, ThreadPool& pool, const
   std::unique_ptr<Ops> ops = make_cuda_ops(id, opts.numerics);
   ops->set_moe_ksplit(opts.moe_ksplit[0], opts.moe_ksplit[1]);
   ops->set_pdl(opts.pdl);
+  ops->set_fused_handover(opts.fused_handover);
   return ops;
 #else
   (void)opts;

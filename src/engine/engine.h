@@ -60,6 +60,11 @@ struct EngineOptions {
   // launches while the one before it runs and waits for it on the device. On by default: +4-5 %
   // at batch-1 decode on an H100, neutral at 8 and 32 sequences (docs/performance.md).
   bool pdl = true;
+  // The hand-over between sub-layers (hc_post, the next hc_pre and its norm: Ops::hc_post_pre)
+  // as one cluster launch on CUDA shards, for the rows the device runs as clusters at once. The
+  // same bits as the three ops; off by default: on an H100 it measured 17.6 us against the three
+  // ops' 16.9 at one row (docs/performance.md), and its later form has not been timed yet.
+  bool fused_handover = false;
   // The state pools, one per shard (engine/state_pool.h): sequences alive at once, the longest
   // sequence (0: the model's max_position), the bytes of each shard's pool (0: what its backend
   // suggests: a share of RAM on the CPU, most of a GPU's free memory after the weights), and

@@ -85,6 +85,9 @@ class Ops {
   virtual void set_moe_ksplit(int /*gate_up*/, int /*down*/) {}
   // Programmatic dependent launch of the backend's kernels (EngineOptions::pdl); others ignore it.
   virtual void set_pdl(bool /*on*/) {}
+  // The hand-over between sub-layers as one launch where the backend has it
+  // (EngineOptions::fused_handover); others run hc_post_pre's three ops whatever it says.
+  virtual void set_fused_handover(bool /*on*/) {}
   virtual std::string profile_report() { return {}; }
 
   // Scratch memory, stack-like: alloc() hands out backend memory until release_to(mark())
@@ -154,6 +157,12 @@ class Ops {
 
   virtual void embed(const Mat& table, const int32_t* tokens, int64_t n, int hc, float* X) = 0;
   virtual void matmul(const Mat& W, const float* x, int64_t n, float* y) = 0;
+  // y[i] = W[i] x for `count` matrices on the same input (the projections a sub-layer takes
+  // from one x); a device backend may run them as one launch (the same values as matmul's where
+  // that launch is the kernel matmul takes alone).
+  virtual void matmuls(const Mat* const* W, float* const* y, int count, const float* x, int64_t n) {
+    for (int i = 0; i < count; ++i) matmul(*W[i], x, n, y[i]);
+  }
   // Grouped low-rank output: y[t, g*R + j] = W[g*R + j] . x[t, g*in : (g+1)*in]
   virtual void grouped_matmul(const Mat& W, int groups, const float* x, int64_t n, float* y) = 0;
   virtual void rmsnorm(const float* x, const std::vector<float>& w, int64_t rows, float eps, float* y) = 0;
@@ -254,6 +263,26 @@ class Ops {
                             float* X) {  // X rounded after
     hc_post(y, post, comb, n, c, X);
     round_bf16(X, n * c.hc_mult * c.dim);
+  }
+  // The hand-over between sub-layers: hc_post of the finished one (its y, post_in, comb_in; X
+  // rounded to BF16 after when post_round: hc_post_bf16), then hc_pre of the next (next.w) into
+  // next.u / post / comb (which may be post_in / comb_in) and that sub-layer's input norm of u:
+  // rmsnorm_bf16_fp8 into xn and xq when xq, else rmsnorm_bf16 into xn (rounding next.r, eps
+  // c.norm_eps). The default runs that sequence; a device backend may do it in one launch (the
+  // same values).
+  struct HcNext {
+    const HcWeights* w = nullptr;
+    const std::vector<float>* norm = nullptr;
+    float *u = nullptr, *post = nullptr, *comb = nullptr, *xn = nullptr, *xq = nullptr;
+    Bf16Round r;
+  };
+  virtual void hc_post_pre(const float* y, const float* post_in, const float* comb_in, bool post_round, int64_t n,
+                           const ModelConfig& c, float* X, const HcNext& next) {
+    if (post_round) hc_post_bf16(y, post_in, comb_in, n, c, X);
+    else hc_post(y, post_in, comb_in, n, c, X);
+    hc_pre(*next.w, c, X, n, next.u, next.post, next.comb);
+    if (next.xq) rmsnorm_bf16_fp8(next.u, *next.norm, n, c.norm_eps, next.xn, next.xq, next.r);
+    else rmsnorm_bf16(next.u, *next.norm, n, c.norm_eps, next.xn, next.r);
   }
   // FP8 e4m3 activation quantisation of a linear's input, 1x128 blocks with ue8m0 scales.
   virtual void act_quant_fp8(float* x, int64_t rows, int64_t cols) = 0;

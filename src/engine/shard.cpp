@@ -94,11 +94,10 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   // (compressor, indexer weights) read x_in.
   const AttnCtx a_ctx{ops_, c, L, rope, pos, n, model()};
   // Query: low-rank with q_norm (c_q is kept for the indexer), per-head RMS, RoPE on the tail.
+  // The single shared K = V row of each token from the same x (wq_a and wkv in one Ops::matmuls).
   float* q = ops_.alloc(n * H * hd);
-  const float* cq_in = attn_query(a_ctx, x, q);
-  // The single shared K = V row of each token.
   float* kv = ops_.alloc(n * hd);
-  attn_kv(a_ctx, x, kv);
+  const float* cq_in = attn_query_kv(a_ctx, x, q, kv);
   const int li = L.layer - w_.begin;
   // Into the pool in its row form (under model numerics that is the FP8 round trip), then this
   // step's rows as attention reads them.
@@ -109,23 +108,31 @@ void Shard::attention(const LayerWeights& L, const Batch& b, const float* x_in, 
   const int64_t width = L.comp.coff * hd, ID = c.index_head_dim, IH = c.index_n_heads, K = c.index_topk;
   float *a = nullptr, *g = nullptr, *ia = nullptr, *ig = nullptr, *iq = nullptr, *iw = nullptr;
   int32_t* selected = nullptr;
+  // The projections of x_in (compressor, indexer compressor, indexer head weights) in one
+  // Ops::matmuls; the indexer's queries come from c_q.
+  const Mat* mats[5];
+  float* outs[5];
+  int nm = 0;
   if (L.has_compressor) {
     a = ops_.alloc(n * width);
     g = ops_.alloc(n * width);
-    ops_.matmul(L.comp.wkv, x_in, n, a);
-    ops_.matmul(L.comp.wgate, x_in, n, g);
+    mats[nm] = &L.comp.wkv, outs[nm++] = a;
+    mats[nm] = &L.comp.wgate, outs[nm++] = g;
   }
   if (L.has_indexer) {
     ia = ops_.alloc(n * 2 * ID);
     ig = ops_.alloc(n * 2 * ID);
-    ops_.matmul(L.idx_comp.wkv, x_in, n, ia);
-    ops_.matmul(L.idx_comp.wgate, x_in, n, ig);
+    iw = ops_.alloc(n * IH);
+    mats[nm] = &L.idx_comp.wkv, outs[nm++] = ia;
+    mats[nm] = &L.idx_comp.wgate, outs[nm++] = ig;
+    mats[nm] = &L.idx_proj, outs[nm++] = iw;
+  }
+  if (nm > 0) ops_.matmuls(mats, outs, nm, x_in, n);
+  if (L.has_indexer) {
     iq = ops_.alloc(n * IH * ID);
     ops_.matmul(L.idx_wq_b, cq_in, n, iq);
     ops_.rope_bf16(iq, n, IH, ID, rope, pos, +1, rounding(true, false));
     if (model()) ops_.indexer_fp4_sim(iq, n * IH, ID);
-    iw = ops_.alloc(n * IH);
-    ops_.matmul(L.idx_proj, x_in, n, iw);
     ops_.scale_bf16(iw, n * IH, 1.0f / std::sqrt(static_cast<float>(IH)), rounding(true, false));
     selected = reinterpret_cast<int32_t*>(ops_.alloc(n * K));
   }
@@ -217,29 +224,46 @@ void Shard::forward_batch(std::span<const SeqRows> seqs, float* X, int64_t pad) 
 void Shard::layers(const Batch& b, float* X) {
   const ModelConfig& c = config_;
   const int64_t D = c.dim, hc = c.hc_mult, n = b.n;
+  const size_t outer = ops_.mark();
+  // A layer's attention inputs: its hc_pre's u, post, comb and the norm's xn (and, under model
+  // numerics, the FP8 linears' input xq from the norm's launch), made at the layer's start or by
+  // the previous layer's hand-over (Ops::hc_post_pre).
+  float* u = ops_.alloc(n * D);
+  float* post = ops_.alloc(n * hc);
+  float* comb = ops_.alloc(n * hc * hc);
+  float* xn = ops_.alloc(n * D);
+  float* xq = model() ? ops_.alloc(n * D) : nullptr;
   const size_t mark = ops_.mark();
-  for (const auto& L : w_.layers) {
+  bool handed = false;
+  for (size_t li = 0; li < w_.layers.size(); ++li) {
+    const LayerWeights& L = w_.layers[li];
     if (observer_) observer_(L.layer, X, n);
-    float* u = ops_.alloc(n * D);
-    float* post = ops_.alloc(n * hc);
-    float* comb = ops_.alloc(n * hc * hc);
-    float* xn = ops_.alloc(n * D);
     float* y = ops_.alloc(n * D);
-    ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
-    // Under model numerics the FP8 linears' input comes out of the norm's launch as well.
-    float* xq = model() ? ops_.alloc(n * D) : nullptr;
-    if (xq) ops_.rmsnorm_bf16_fp8(u, L.attn_norm, n, c.norm_eps, xn, xq, rounding(true, true));
-    else norm_bf16(u, L.attn_norm, n, xn);
+    if (!handed) {
+      ops_.hc_pre(L.hc_attn, c, X, n, u, post, comb);
+      if (xq) ops_.rmsnorm_bf16_fp8(u, L.attn_norm, n, c.norm_eps, xn, xq, rounding(true, true));
+      else norm_bf16(u, L.attn_norm, n, xn);
+    }
     attention(L, b, xn, xq ? xq : xn, y);
     const AttnCtx a{ops_, c, L, rope_main_, b.pos.data(), n, model()};  // (the FFN half uses no RoPE)
-    block_hc_post(a, y, post, comb, X);
     ffn_sublayer(a, b.tokens.data(), X, u, post, comb, xn, y);
+    // The FFN's hc_post, with the next layer's hc_pre and attention norm in the same hand-over
+    // (an observer sees X before each layer: there the layers stay apart).
+    handed = li + 1 < w_.layers.size() && !observer_;
+    if (handed) {
+      const LayerWeights& next = w_.layers[li + 1];
+      ops_.hc_post_pre(y, post, comb, model(), n, c, X,
+                       {&next.hc_attn, &next.attn_norm, u, post, comb, xn, xq, rounding(true, true)});
+    } else {
+      block_hc_post(a, y, post, comb, X);
+    }
     if (auto t = std::find(tap_layers_.begin(), tap_layers_.end(), L.layer); t != tap_layers_.end()) {
       const int64_t T = static_cast<int64_t>(tap_layers_.size());
       ops_.hc_stream_mean(X, n, c, static_cast<float*>(tap_buf_->data()) + (t - tap_layers_.begin()) * D, T * D);
     }
     ops_.release_to(mark);
   }
+  ops_.release_to(outer);
 }
 
 void Shard::reserve_taps(int64_t rows) {

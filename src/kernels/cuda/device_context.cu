@@ -359,13 +359,13 @@ int DeviceContext::blocks_per_sm(const void* func, int threads, size_t dynamic_s
   return n;
 }
 
-bool DeviceContext::cluster_fits(const void* func, int cluster, int threads, bool non_portable) {
+int DeviceContext::active_clusters(const void* func, int cluster, int threads, bool non_portable) {
   std::lock_guard<std::mutex> lk(attr_mu_);
   const auto key = std::make_pair(func, std::make_pair(cluster, threads));
-  auto it = cluster_fits_.find(key);
-  if (it != cluster_fits_.end()) return it->second;
+  auto it = active_clusters_.find(key);
+  if (it != active_clusters_.end()) return it->second;
   DeviceGuard g(device_);
-  bool fits = false;
+  int n = 0;
   if (!non_portable || cudaFuncSetAttribute(func, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(static_cast<unsigned>(cluster));
@@ -377,12 +377,15 @@ bool DeviceContext::cluster_fits(const void* func, int cluster, int threads, boo
     attr[0].val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    int n = 0;
-    fits = cudaOccupancyMaxActiveClusters(&n, func, &cfg) == cudaSuccess && n > 0;
+    if (cudaOccupancyMaxActiveClusters(&n, func, &cfg) != cudaSuccess) n = 0;
   }
   (void)cudaGetLastError();  // a refused size is an answer, not an error
-  cluster_fits_[key] = fits;
-  return fits;
+  active_clusters_[key] = n;
+  return n;
+}
+
+bool DeviceContext::cluster_fits(const void* func, int cluster, int threads, bool non_portable) {
+  return active_clusters(func, cluster, threads, non_portable) > 0;
 }
 
 }  // namespace hs::cuda

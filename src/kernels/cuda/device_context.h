@@ -187,8 +187,9 @@ class DeviceContext {
   // kernel's dynamic shared-memory limit once, and caches its occupancy for a block shape.
   void ensure_dynamic_smem(const void* func, size_t bytes);
   int blocks_per_sm(const void* func, int threads, size_t dynamic_smem);
-  // Whether clusters of `cluster` blocks of `threads` can run on this device (asked once per
-  // kernel and shape); non_portable first allows sizes above 8 for the kernel.
+  // How many clusters of `cluster` blocks of `threads` can run at once on this device (0: none;
+  // asked once per kernel and shape); non_portable first allows sizes above 8 for the kernel.
+  int active_clusters(const void* func, int cluster, int threads, bool non_portable);
   bool cluster_fits(const void* func, int cluster, int threads, bool non_portable);
   // Programmatic dependent launch for this context's kernels (kernels/cuda/launch.cuh): off
   // unless the engine turns it on (EngineOptions::pdl). Set it between steps, not during a
@@ -226,7 +227,7 @@ class DeviceContext {
   std::mutex attr_mu_;
   std::map<const void*, size_t> smem_set_;
   std::map<std::pair<const void*, std::pair<int, size_t>>, int> occupancy_;
-  std::map<std::pair<const void*, std::pair<int, int>>, bool> cluster_fits_;
+  std::map<std::pair<const void*, std::pair<int, int>>, int> active_clusters_;
   bool pdl_ = false;
 };
 

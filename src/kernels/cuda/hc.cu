@@ -21,6 +21,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/quant_sim.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/rowstream.cuh"
 
 namespace hs::cuda {
@@ -229,11 +230,39 @@ __global__ void __launch_bounds__(kHcThreads) hc_finish_kernel(const float* part
 // non-portable size: Hopper), else the portable 8 x 512. Each block streams 1/kHcCluster of fn,
 // so more blocks put more SMs' load bandwidth on the 1.5 MB projection.
 constexpr int64_t kHcClusterMaxTokens = 16;
+// The fused hand-over keeps a block's share of X after hc_post (float4 columns) and of u in
+// shared memory: at most this many of each (V4-Flash at 16 blocks: 256 of both).
+constexpr int kHcFuseMaxShare = 512;
+constexpr int kHcFuseMaxRow = 8192;  // and the whole row of u
 
-template <bool HEAD, int kHcCluster, int kHcClusterThreads>
-__global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcParams p, const float* X, float* u,
-                                                                         float* post, float* comb) {
+// Stream k of X after hc_post at one channel: post_k y + sum_j comb[j][k] old[j] (the one
+// arithmetic of hc_post_kernel and of the fused hand-over, so both give the same bits).
+__device__ __forceinline__ float hc_post_val(float yv, float postk, const float* A, int hc, int k, const float* old) {
+  float s = postk * yv;
+  for (int j = 0; j < hc; ++j) s = fmaf(A[j * hc + k], old[j], s);
+  return s;
+}
+
+// The fused hand-over (hc_post_pre_norm): the finishing sub-layer's hc_post before hc_pre, the
+// next sub-layer's input norm after it.
+struct HcFuse {
+  const float* y = nullptr;        // [n, D]: the finishing sub-layer's output
+  const float* post_in = nullptr;  // [n, 4] and [n, 4, 4]: its hc_pre's post and comb
+  const float* comb_in = nullptr;
+  bool post_round = false;         // X rounded to BF16 after hc_post (hc_post_bf16)
+  const float* norm_w = nullptr;   // [D]
+  float eps = 0.f;
+  bool round_in = false, round_out = false;  // the norm's BF16 rounding points
+  float* xn = nullptr;             // [n, D]
+  float* xq = nullptr;             // [n, D] or null: xn's FP8 round trip (act_quant_fp8)
+  int norm_threads = 512;          // the unfused rmsnorm's threads per row (its order of sums)
+};
+
+template <bool HEAD, bool FUSE, int kHcCluster, int kHcClusterThreads>
+__global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcParams p, float* X, float* u, float* post,
+                                                                         float* comb, HcFuse f) {
   constexpr int HC = 4, MIX = HEAD ? HC : (2 + HC) * HC, NV = HEAD ? 8 : 32;  // v[MIX]: the sum of squares
+  static_assert(!(HEAD && FUSE), "the hand-over ends in hc_pre");
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -241,10 +270,9 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
   __shared__ float wred[kHcClusterThreads / 32][NV];
   __shared__ float m[NV];
   __shared__ float pre[HC];
-  const int warp = threadIdx.x >> 5;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = blockIdx.y, D = p.dim, len4 = HC * D / 4;
-  const float* x = X + t * HC * D;
-  const float4* x4 = reinterpret_cast<const float4*>(x);
+  float* x = X + t * HC * D;
   const float4* f4 = reinterpret_cast<const float4*>(p.fn);
   // This block's float4 columns [c0, c1) of fn and of the token's inputs.
   const int64_t per = (len4 + kHcCluster - 1) / kHcCluster, c0 = rank * per, c1 = min64(len4, c0 + per);
@@ -256,18 +284,70 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
   for (int r = 0; r < MIX; ++r) fv0[r] = cf < c1 ? __ldg(f4 + r * len4 + cf) : make_float4(0.f, 0.f, 0.f, 0.f);
   pdl_enter();
 
+  // FUSE: the finishing sub-layer's coefficients of this token, and X after its hc_post at one
+  // channel of every stream (from the old X, which no block overwrites before the second
+  // cluster barrier: every read of it comes first).
+  float pin[HC] = {}, cin[HC * HC] = {};
+  if constexpr (FUSE) {
+#pragma unroll
+    for (int k = 0; k < HC; ++k) pin[k] = f.post_in[t * HC + k];
+#pragma unroll
+    for (int q = 0; q < HC * HC; ++q) cin[q] = f.comb_in[t * HC * HC + q];
+  }
+  auto posted = [&](float yv, float (&xs)[HC]) {  // xs: the old X at a channel, y there -> the new X
+    float o[HC];
+#pragma unroll
+    for (int k = 0; k < HC; ++k) {
+      const float s = hc_post_val(yv, pin[k], cin, HC, k, xs);
+      o[k] = f.post_round ? bf16_round(s) : s;
+    }
+#pragma unroll
+    for (int k = 0; k < HC; ++k) xs[k] = o[k];
+  };
+
   // The collapse inputs of this thread's first channel, in flight with the projection.
   const int64_t cd = (D + kHcCluster - 1) / kHcCluster, d0 = rank * cd, d1 = min64(D, d0 + cd);
   const int64_t c_first = d0 + threadIdx.x;
   float xc[HC];
 #pragma unroll
-  for (int j = 0; j < HC; ++j) xc[j] = c_first < d1 ? __ldg(x + j * D + c_first) : 0.f;
+  for (int j = 0; j < HC; ++j) xc[j] = c_first < d1 ? (FUSE ? x[j * D + c_first] : __ldg(x + j * D + c_first)) : 0.f;
+  if constexpr (FUSE) {
+    if (c_first < d1) posted(f.y[t * D + c_first], xc);
+  }
+
+  // X's float4 column c of the token's [HC, D] row: as stored, or (FUSE) after hc_post, kept
+  // for the write-back at the end.
+  __shared__ float4 xnew[FUSE ? kHcFuseMaxShare : 1];
+  auto xcol = [&](int64_t c) -> float4 {
+    if constexpr (!FUSE) {
+      return __ldg(reinterpret_cast<const float4*>(x) + c);
+    } else {
+      const int64_t k = 4 * c / D, ch = 4 * c - k * D;  // (D % 4 == 0: one stream)
+      float4 o4[HC];
+#pragma unroll
+      for (int j = 0; j < HC; ++j) o4[j] = *reinterpret_cast<const float4*>(x + j * D + ch);
+      const float4 y4 = *reinterpret_cast<const float4*>(f.y + t * D + ch);
+      const float yv[4] = {y4.x, y4.y, y4.z, y4.w};
+      float e[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float xs[HC];
+#pragma unroll
+        for (int j = 0; j < HC; ++j) xs[j] = i == 0 ? o4[j].x : i == 1 ? o4[j].y : i == 2 ? o4[j].z : o4[j].w;
+        posted(yv[i], xs);
+        e[i] = k == 0 ? xs[0] : k == 1 ? xs[1] : k == 2 ? xs[2] : xs[3];
+      }
+      const float4 v = make_float4(e[0], e[1], e[2], e[3]);
+      xnew[c - c0] = v;
+      return v;
+    }
+  };
 
   float v[NV];
 #pragma unroll
   for (int r = 0; r < NV; ++r) v[r] = 0.f;
   auto column = [&](const float4 (&fv)[MIX], int64_t c) {
-    const float4 xv = __ldg(x4 + c);
+    const float4 xv = xcol(c);
 #pragma unroll
     for (int r = 0; r < MIX; ++r) v[r] = fma4(fv[r], xv, v[r]);
     v[MIX] = fma4(xv, xv, v[MIX]);
@@ -295,7 +375,10 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
     for (int q = 0; q < kHcCluster; ++q) a += cluster.map_shared_rank(part, q)[threadIdx.x];
     m[threadIdx.x] = a;
   }
-  cluster.sync();  // no block reads another's shared memory past this point
+  // Without the hand-over's norm no block reads another's shared memory past this point; with
+  // it, the next barrier comes after the collapse (part is not written again).
+  if constexpr (!FUSE) cluster.sync();
+  else __syncthreads();
   const float r = 1.0f / sqrtf(m[MIX] / static_cast<float>(HC * D) + p.norm_eps);
   if (threadIdx.x < HC) {
     const int j = threadIdx.x;
@@ -309,31 +392,82 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
     }
     if (threadIdx.x == 0) comb4_thread(m, r, p, comb + t * HC * HC);
   }
+  __shared__ float ush[FUSE ? kHcFuseMaxShare : 1];  // FUSE: this block's channels of u (as the norm reads them)
   for (int64_t c = c_first; c < d1; c += blockDim.x) {
     if (c != c_first) {
 #pragma unroll
       for (int j = 0; j < HC; ++j) xc[j] = x[j * D + c];
+      if constexpr (FUSE) posted(f.y[t * D + c], xc);
     }
     float acc = 0.f;
 #pragma unroll
     for (int j = 0; j < HC; ++j) acc += pre[j] * xc[j];
+    if constexpr (FUSE) {
+      if (f.round_in) acc = bf16_round(acc);  // the norm's input rounding, written back as it does
+      ush[c - d0] = acc;
+    }
     u[t * D + c] = acc;
+  }
+  if constexpr (FUSE) {
+    cluster.sync();  // u is published; every read of the old X is done
+    // The whole row of u from the blocks' shares (all loads in flight), then the unfused
+    // rmsnorm's sum of squares, bit for bit: its T threads' in-order sums of elements vt, vt + T,
+    // ..., each warp's butterfly, then the warps' sums as block_sum adds them.
+    __shared__ float urow[kHcFuseMaxRow];
+    for (int64_t e = threadIdx.x; e < cd; e += blockDim.x) {
+      float g[kHcCluster];
+#pragma unroll
+      for (int q = 0; q < kHcCluster; ++q) g[q] = q * cd + e < D ? cluster.map_shared_rank(ush, q)[e] : 0.f;
+#pragma unroll
+      for (int q = 0; q < kHcCluster; ++q)
+        if (q * cd + e < D) urow[q * cd + e] = g[q];
+    }
+    __syncthreads();
+    __shared__ float nred[32];
+    const int T = f.norm_threads;
+    for (int vt0 = 0; vt0 < T; vt0 += kHcClusterThreads) {
+      const int vt = vt0 + static_cast<int>(threadIdx.x);
+      float ss = 0.f;
+      if (vt < T)
+        for (int64_t i = vt; i < D; i += T) ss = fmaf(urow[i], urow[i], ss);
+      ss = warp_sum(ss);
+      if (lane == 0 && vt < T) nred[vt >> 5] = ss;
+    }
+    __syncthreads();
+    const float inv = 1.0f / sqrtf(warp_sum(lane < T / 32 ? nred[lane] : 0.0f) / static_cast<float>(D) + f.eps);
+    for (int64_t c = c_first; c < d1; c += blockDim.x)
+      f.xn[t * D + c] = norm_val(urow[c], f.norm_w[c], inv, f.round_in, f.round_out);
+    if (f.xq) {  // act_quant_fp8's 128-blocks of xn, one warp each over the cluster
+      constexpr int W = kHcClusterThreads / 32;
+      for (int64_t b = static_cast<int64_t>(rank) * W + warp; b * 128 < D; b += kHcCluster * W)
+        fp8_block_warp_of(
+            f.xq + t * D, [&](int64_t i) { return norm_val(urow[i], f.norm_w[i], inv, f.round_in, f.round_out); },
+            b * 128, min64(D, b * 128 + 128), false);
+    }
+    for (int64_t c = cf; c < c1; c += blockDim.x) reinterpret_cast<float4*>(x)[c] = xnew[c - c0];
+    cluster.sync();  // no block reads another's shared memory past this point
   }
 }
 
-template <bool HEAD, int kHcCluster, int kHcClusterThreads>
-void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post,
-                       float* comb) {
-  launch_cluster(ctx, hc_cluster_kernel<HEAD, kHcCluster, kHcClusterThreads>, dim3(kHcCluster, static_cast<unsigned>(n)),
-                 dim3(kHcClusterThreads), kHcCluster, p, X, u, post, comb);
+template <bool HEAD, bool FUSE, int kHcCluster, int kHcClusterThreads>
+void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, float* X, int64_t n, float* u, float* post, float* comb,
+                       const HcFuse& f) {
+  launch_cluster(ctx, hc_cluster_kernel<HEAD, FUSE, kHcCluster, kHcClusterThreads>,
+                 dim3(kHcCluster, static_cast<unsigned>(n)), dim3(kHcClusterThreads), kHcCluster, p, X, u, post, comb,
+                 f);
 }
 
-template <bool HEAD>
-void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post,
-                       float* comb) {
-  const void* wide = reinterpret_cast<const void*>(hc_cluster_kernel<HEAD, 16, 256>);
-  if (ctx.cluster_fits(wide, 16, 256, true)) launch_hc_cluster<HEAD, 16, 256>(ctx, p, X, n, u, post, comb);
-  else launch_hc_cluster<HEAD, 8, 512>(ctx, p, X, n, u, post, comb);
+// The cluster shape the device takes: 16 x 256 where it co-schedules clusters of 16, else 8 x 512.
+template <bool HEAD, bool FUSE>
+bool hc_wide_cluster(DeviceContext& ctx) {
+  return ctx.cluster_fits(reinterpret_cast<const void*>(hc_cluster_kernel<HEAD, FUSE, 16, 256>), 16, 256, true);
+}
+
+template <bool HEAD, bool FUSE>
+void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, float* X, int64_t n, float* u, float* post, float* comb,
+                       const HcFuse& f = {}) {
+  if (hc_wide_cluster<HEAD, FUSE>(ctx)) launch_hc_cluster<HEAD, FUSE, 16, 256>(ctx, p, X, n, u, post, comb, f);
+  else launch_hc_cluster<HEAD, FUSE, 8, 512>(ctx, p, X, n, u, post, comb, f);
 }
 
 void hc_collapse(DeviceContext& ctx, const HcParams& p, int mix, bool head, const float* X, int64_t n, float* u,
@@ -344,8 +478,9 @@ void hc_collapse(DeviceContext& ctx, const HcParams& p, int mix, bool head, cons
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
   if (p.hc == 4 && n <= kHcClusterMaxTokens) {
-    if (head) launch_hc_cluster<true>(ctx, p, X, n, u, post, comb);
-    else launch_hc_cluster<false>(ctx, p, X, n, u, post, comb);
+    // (X is only read: the kernel writes it in the fused hand-over alone)
+    if (head) launch_hc_cluster<true, false>(ctx, p, const_cast<float*>(X), n, u, post, comb);
+    else launch_hc_cluster<false, false>(ctx, p, const_cast<float*>(X), n, u, post, comb);
     return;
   }
   const int64_t len = p.hc * p.dim;
@@ -371,8 +506,7 @@ __global__ void hc_post_kernel(const float* y, const float* post, const float* c
     for (int j = 0; j < hc; ++j) old[j] = x[j * dim + c];
     const float yv = y[t * dim + c];
     for (int k = 0; k < hc; ++k) {
-      float s = post[t * hc + k] * yv;
-      for (int j = 0; j < hc; ++j) s += A[j * hc + k] * old[j];
+      const float s = hc_post_val(yv, post[t * hc + k], A, hc, k, old);
       x[k * dim + c] = round_out ? bf16_round(s) : s;
     }
   }
@@ -415,6 +549,42 @@ void hc_stream_mean(DeviceContext& ctx, const float* X, int64_t n, int hc, int64
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
   launch(ctx, hc_stream_mean_kernel, grid_for(n * dim, 256), 256, 0, X, n, hc, dim, out, stride);
+}
+
+bool hc_post_pre_norm_fits(DeviceContext& ctx, int hc, int64_t dim, int64_t n) {
+  if (hc != 4 || n <= 0 || n > kHcClusterMaxTokens || dim % 4 != 0 || dim > kHcFuseMaxRow) return false;
+  const bool wide = hc_wide_cluster<false, true>(ctx);
+  const int64_t ranks = wide ? 16 : 8;
+  if ((dim + ranks - 1) / ranks > kHcFuseMaxShare) return false;  // a block's share of X and of u
+  // One cluster per row, all at once: past that the launch runs in waves of the longer kernel,
+  // which costs more than the three ops (on an H100, n = 8 took 35 us against their 23, about
+  // twice n = 1's 17.6: two waves; docs/performance.md).
+  const void* k = wide ? reinterpret_cast<const void*>(hc_cluster_kernel<false, true, 16, 256>)
+                       : reinterpret_cast<const void*>(hc_cluster_kernel<false, true, 8, 512>);
+  return n <= ctx.active_clusters(k, static_cast<int>(ranks), wide ? 256 : 512, wide);
+}
+
+void hc_post_pre_norm(DeviceContext& ctx, const HcParams& p, const float* y, const float* post_in, const float* comb_in,
+                      bool post_round, float* X, int64_t n, float* u, float* post, float* comb, const float* norm_w,
+                      float eps, Bf16Round r, float* xn, float* xq) {
+  HS_CHECK(hc_post_pre_norm_fits(ctx, p.hc, p.dim, n), "hc_post_pre_norm: no fused form for hc ", p.hc, ", dim ",
+           p.dim, ", ", n, " tokens");
+  HS_CHECK(xq != xn, "hc_post_pre_norm: the FP8 copy must not overwrite the normed rows");
+  DeviceGuard g(ctx.device());
+  HcFuse f;
+  f.y = y;
+  f.post_in = post_in;
+  f.comb_in = comb_in;
+  f.post_round = post_round;
+  f.norm_w = norm_w;
+  f.eps = eps;
+  f.round_in = r.in;
+  f.round_out = r.out;
+  f.xn = xn;
+  f.xq = xq;
+  f.norm_threads = rmsnorm_threads(p.dim);
+  if (hc_wide_cluster<false, true>(ctx)) launch_hc_cluster<false, true, 16, 256>(ctx, p, X, n, u, post, comb, f);
+  else launch_hc_cluster<false, true, 8, 512>(ctx, p, X, n, u, post, comb, f);
 }
 
 }  // namespace hs::cuda

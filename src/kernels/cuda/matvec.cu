@@ -223,14 +223,25 @@ void launch_matvec_r(DeviceContext& ctx, MvArgs a, int groups) {
 
 constexpr int kMv1MaxRows = 64;  // RB: rows per warp
 constexpr int kMv1MaxWarps = 16;
+constexpr int kMv1MaxMats = 8;
 
-struct Mv1Args {
+// One matrix of a launch: its blocks start at block `first` of the grid's x.
+struct Mv1Mat {
   const uint8_t* w;
   const uint8_t* s;
-  const float* x;
   float* y;
-  int64_t rows, cols, x_group;  // rows per group; x offset between groups (floats)
-  int nsl, G, rb;               // K-slices, row groups per block, rows per warp
+  int64_t rows;  // rows per group
+  unsigned first;
+};
+
+// One launch: `count` matrices of one type and width on the same input (count > 1: one group),
+// or one matrix in groups (grid y; x offset x_group floats between groups).
+struct Mv1Args {
+  Mv1Mat m[kMv1MaxMats];
+  int count;
+  const float* x;
+  int64_t cols, x_group;
+  int nsl, G, rb;  // K-slices, row groups per block, rows per warp
 };
 
 template <WType T>
@@ -238,27 +249,33 @@ __global__ void __launch_bounds__(kMv1MaxWarps * 32) mv1_kernel(Mv1Args a) {
   using R = Rs<T>;
   constexpr int KR = R::kRows;
   __shared__ float red[kMv1MaxWarps][kMv1MaxRows];
+  // This block's matrix (constant indices: the arguments stay in the parameter bank).
+  Mv1Mat M = a.m[0];
+#pragma unroll
+  for (int i = 1; i < kMv1MaxMats; ++i)
+    if (i < a.count && blockIdx.x >= a.m[i].first) M = a.m[i];
+  const int64_t bx = blockIdx.x - M.first;
   const int warp = threadIdx.x >> 5, sl = warp % a.nsl, g = warp / a.nsl;
-  const int64_t group = blockIdx.y, row_base = group * a.rows;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * a.G * a.rb + g * a.rb;
+  const int64_t group = blockIdx.y, row_base = group * M.rows;
+  const int64_t r0 = bx * a.G * a.rb + g * a.rb;
   const int64_t rb = row_bytes<T>(a.cols), C = a.cols / R::E;
   {  // PDL: before the wait only this block's rows of weights (never written by a step) are read.
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * a.G * a.rb;
-    const int64_t n = min64(a.rows - first, static_cast<int64_t>(a.G) * a.rb);
-    pdl_prefetch_l2(a.w + (row_base + first) * rb, static_cast<size_t>(n * rb));
+    const int64_t first = bx * a.G * a.rb;
+    const int64_t n = min64(M.rows - first, static_cast<int64_t>(a.G) * a.rb);
+    pdl_prefetch_l2(M.w + (row_base + first) * rb, static_cast<size_t>(n * rb));
   }
   pdl_enter();
   float xr[32];
   rs_load_x<T>(a.x + group * a.x_group, a.cols, sl, xr);
-  const ScaleRef sref{a.s, a.cols};
+  const ScaleRef sref{M.s, a.cols};
 #pragma unroll 1
   for (int v0 = 0; v0 < a.rb; v0 += KR) {
     const uint8_t* rp[KR];
     int64_t gr[KR];
 #pragma unroll
     for (int i = 0; i < KR; ++i) {
-      gr[i] = row_base + min64(r0 + v0 + i, a.rows - 1);  // past the end: computed, not stored
-      rp[i] = a.w + gr[i] * rb;
+      gr[i] = row_base + min64(r0 + v0 + i, M.rows - 1);  // past the end: computed, not stored
+      rp[i] = M.w + gr[i] * rb;
     }
     float acc[KR];
     rs_step<T>(rp, gr, sref, C, sl, xr, acc);
@@ -269,11 +286,11 @@ __global__ void __launch_bounds__(kMv1MaxWarps * 32) mv1_kernel(Mv1Args a) {
   __syncthreads();
   for (int i = threadIdx.x; i < a.G * a.rb; i += blockDim.x) {
     const int gg = i / a.rb, r = i - gg * a.rb;
-    const int64_t row = static_cast<int64_t>(blockIdx.x) * a.G * a.rb + i;
-    if (row >= a.rows) continue;
+    const int64_t row = bx * a.G * a.rb + i;
+    if (row >= M.rows) continue;
     float v = 0.f;
     for (int k = 0; k < a.nsl; ++k) v += red[gg * a.nsl + k][r];
-    a.y[row_base + row] = v;
+    M.y[row_base + row] = v;
   }
 }
 
@@ -292,40 +309,46 @@ bool mv1_ok(const WeightView& W) {
   return small || (W.type == WType::FP8_B128 && W.rows >= 65536);
 }
 
+// W[0..count) share type and width (count > 1: groups == 1); y[i] = W[i] x.
 template <WType T>
-void launch_mv1_t(DeviceContext& ctx, const WeightView& W, const float* x, float* y, int groups,
-                  int64_t rows_per_group, int64_t x_group) {
+void launch_mv1_t(DeviceContext& ctx, const WeightView* W, float* const* y, int count, const float* x, int groups,
+                  int64_t x_group) {
   constexpr int KR = Rs<T>::kRows;
   Mv1Args a{};
-  a.w = static_cast<const uint8_t*>(W.data);
-  a.s = static_cast<const uint8_t*>(W.scales);
+  a.count = count;
   a.x = x;
-  a.y = y;
-  a.rows = rows_per_group;
-  a.cols = W.cols;
+  a.cols = W[0].cols;
   a.x_group = x_group;
-  a.nsl = static_cast<int>(rs_slices(W.cols));
+  a.nsl = static_cast<int>(rs_slices(a.cols));
   a.G = std::max(1, 8 / a.nsl);
   // Rows per warp: as many as keep >= 16 warps per SM in the grid, between one step and 64.
-  const int64_t want = rows_per_group * groups * a.nsl / (16LL * ctx.sm_count());
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += W[i].rows / groups;
+  const int64_t want = total * groups * a.nsl / (16LL * ctx.sm_count());
   a.rb = static_cast<int>(std::clamp<int64_t>(want / KR * KR, KR, kMv1MaxRows));
   const int64_t brows = static_cast<int64_t>(a.G) * a.rb;
-  const dim3 grid(static_cast<unsigned>((rows_per_group + brows - 1) / brows), static_cast<unsigned>(groups));
+  int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) {
+    a.m[i] = {static_cast<const uint8_t*>(W[i].data), static_cast<const uint8_t*>(W[i].scales), y[i],
+              W[i].rows / groups, static_cast<unsigned>(blocks)};
+    blocks += (a.m[i].rows + brows - 1) / brows;
+  }
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(groups));
   launch(ctx, mv1_kernel<T>, grid, 32 * a.nsl * a.G, 0, a);
 }
 
-void launch_mv1(DeviceContext& ctx, const WeightView& W, const float* x, float* y, int groups, int64_t rows_per_group,
+void launch_mv1(DeviceContext& ctx, const WeightView* W, float* const* y, int count, const float* x, int groups,
                 int64_t x_group) {
-  switch (W.type) {
-    case WType::F32: return launch_mv1_t<WType::F32>(ctx, W, x, y, groups, rows_per_group, x_group);
-    case WType::F16: return launch_mv1_t<WType::F16>(ctx, W, x, y, groups, rows_per_group, x_group);
-    case WType::BF16: return launch_mv1_t<WType::BF16>(ctx, W, x, y, groups, rows_per_group, x_group);
-    case WType::Q8_0: return launch_mv1_t<WType::Q8_0>(ctx, W, x, y, groups, rows_per_group, x_group);
-    case WType::FP8_B128: return launch_mv1_t<WType::FP8_B128>(ctx, W, x, y, groups, rows_per_group, x_group);
-    case WType::MXFP4: return launch_mv1_t<WType::MXFP4>(ctx, W, x, y, groups, rows_per_group, x_group);
+  switch (W[0].type) {
+    case WType::F32: return launch_mv1_t<WType::F32>(ctx, W, y, count, x, groups, x_group);
+    case WType::F16: return launch_mv1_t<WType::F16>(ctx, W, y, count, x, groups, x_group);
+    case WType::BF16: return launch_mv1_t<WType::BF16>(ctx, W, y, count, x, groups, x_group);
+    case WType::Q8_0: return launch_mv1_t<WType::Q8_0>(ctx, W, y, count, x, groups, x_group);
+    case WType::FP8_B128: return launch_mv1_t<WType::FP8_B128>(ctx, W, y, count, x, groups, x_group);
+    case WType::MXFP4: return launch_mv1_t<WType::MXFP4>(ctx, W, y, count, x, groups, x_group);
     case WType::GGML_BLOCK: break;
   }
-  fail("matvec: no n == 1 register-input kernel for ", wtype_name(W.type));
+  fail("matvec: no n == 1 register-input kernel for ", wtype_name(W[0].type));
 }
 
 // Rows per warp by default: enough reuse of each x value loaded from shared memory, few
@@ -372,7 +395,7 @@ void matvec_dispatch(DeviceContext& ctx, const WeightView& W, const float* x, in
       optin > reserve ? static_cast<int64_t>((optin - reserve) / (static_cast<size_t>(W.cols) * sizeof(float))) : 0;
   HS_CHECK(fit >= 1, "matvec: input width ", W.cols, " does not fit in shared memory");
   const int64_t cap = fit >= 8 ? 8 : fit >= 4 ? 4 : fit >= 2 ? 2 : 1;  // the kernels take 1, 2, 4 or 8 columns
-  if (n == 1 && rpw == 0 && mv1_ok(W)) return launch_mv1(ctx, W, x, y, groups, rows_per_group, x_group);
+  if (n == 1 && rpw == 0 && mv1_ok(W)) return launch_mv1(ctx, &W, &y, 1, x, groups, x_group);
   for (int64_t t0 = 0; t0 < n;) {
     const int64_t nb = std::min<int64_t>(n - t0, cap);
     MvArgs a{};
@@ -580,6 +603,28 @@ void matmul(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, 
     case MatmulPath::TensorCores: return mma_matvec(ctx, W, x, n, y, ldx, ldy, 1, W.rows, 0);
     case MatmulPath::Matvec: return matvec_dispatch(ctx, W, x, n, y, ldx, ldy, 1, W.rows, 0);
   }
+}
+
+bool matvec_same_input_ok(const WeightView* W, int count) {
+  if (count < 2 || count > kMv1MaxMats) return false;
+  const WeightView& w0 = W[0];
+  if (w0.type == WType::GGML_BLOCK || w0.type == WType::MXFP4 || w0.cols < 4096 || rs_slices(w0.cols) > kMv1MaxWarps)
+    return false;  // mv1_ok's types and widths
+  int64_t bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    if (W[i].type != w0.type || W[i].cols != w0.cols || W[i].data == nullptr) return false;
+    bytes += W[i].data_bytes() + W[i].scale_bytes();
+  }
+  return bytes <= (int64_t{32} << 20);  // projections, not the big matrices (the shared-memory kernel's)
+}
+
+void matvec_same_input(DeviceContext& ctx, const WeightView* W, float* const* y, int count, const float* x) {
+  HS_CHECK(matvec_same_input_ok(W, count), "matvec_same_input: ", count,
+           " matrices that do not share a type and width the n == 1 kernel takes");
+  for (int i = 0; i < count; ++i) check_weight(W[i]);
+  HS_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "matmul: x must be 16-byte aligned");
+  DeviceGuard g(ctx.device());
+  launch_mv1(ctx, W, y, count, x, 1, 0);
 }
 
 void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int rows_per_warp) {

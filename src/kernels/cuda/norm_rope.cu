@@ -4,6 +4,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/quant_sim.cuh"
+#include "kernels/cuda/rmsnorm.cuh"
 
 namespace hs::cuda {
 
@@ -43,12 +44,6 @@ __device__ __forceinline__ float row_inv_rms(const float* xr, int64_t d, float e
   return 1.0f / sqrtf(ss / static_cast<float>(d) + eps);
 }
 
-// Element i of the normed row (input value xi, weight wi: 1 without weights, and 1 * v == v),
-// rounded to bf16 when round_out.
-__device__ __forceinline__ float norm_val(float xi, float wi, float inv, bool round_in, bool round_out) {
-  const float o = wi * ((round_in ? bf16_round(xi) : xi) * inv);  // (rounding is idempotent)
-  return round_out ? bf16_round(o) : o;
-}
 __device__ __forceinline__ float norm_elem(const float* xr, const float* w, int64_t i, float inv, bool round_in,
                                            bool round_out) {
   return norm_val(xr[i], w ? w[i] : 1.0f, inv, round_in, round_out);
@@ -93,10 +88,6 @@ __global__ void rmsnorm_kernel(const float* x, const float* w, int64_t d, float 
   for (int64_t b0 = (threadIdx.x >> 5) * 128; b0 < d; b0 += (blockDim.x >> 5) * 128)
     fp8_block_warp(yq + blockIdx.x * d, yr, b0, min64(d, b0 + 128), false, false);
 }
-
-// The threads of one rmsnorm row of d (rmsnorm_kernel and rmsnorm_rope_kernel: the same split,
-// so the same sum of squares).
-int rmsnorm_threads(int64_t d) { return d >= 2048 ? 512 : d >= 512 ? 256 : 128; }
 
 // f(std::integral_constant<int, N>) with N the register slots of `rows` rows of d over `threads`:
 // the power of two that holds a thread's share, at most kMaxRowSlots (past that, chunks of 16);

@@ -99,6 +99,12 @@ const char* matmul_path_name(MatmulPath p);
 // one kernel shape (one row per warp) and ignore R.
 constexpr int kMatvecTensorCores = -1;
 void matvec_variant(DeviceContext& ctx, const WeightView& W, const float* x, int64_t n, float* y, int rows_per_warp);
+// y[i] = W[i] x for `count` (2..8) matrices on one input row, in one launch of the n == 1
+// register-input kernel: where matvec_same_input_ok (one type and width that kernel takes; the
+// projections' sizes, <= 32 MB together). Each row's sums are that kernel's, as matmul gives them
+// where it takes the kernel alone.
+bool matvec_same_input_ok(const WeightView* W, int count);
+void matvec_same_input(DeviceContext& ctx, const WeightView* W, float* const* y, int count, const float* x);
 
 // ---------------------------------------------------------------------------------------
 // RMSNorm over rows of d: y = w * x * rsqrt(mean(x^2) + eps); w == nullptr: unweighted.
@@ -153,6 +159,16 @@ void hc_pre(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, fl
 // X[t, k] = post[t, k] * y[t] + sum_j comb[t, j, k] * X[t, j]   (in place)
 void hc_post(DeviceContext& ctx, const float* y, const float* post, const float* comb, int64_t n, int hc,
              int64_t dim, float* X, bool round_out = false);  // round_out: X rounded to BF16
+// The hand-over between two sub-layers in one launch: hc_post of the finished one's y [n, D]
+// (post_in, comb_in; X rounded to BF16 when post_round), hc_pre of the next (p: u, post, comb; these
+// may be post_in / comb_in), then rmsnorm_bf16 of u (norm_w, eps, r) into xn and, when xq,
+// act_quant_fp8's round trip of xn into xq (xq != xn): the same bits as those ops one by one.
+// Only where hc_post_pre_norm_fits (the cluster form of hc_pre: hc 4, n <= 16, a block's share of
+// D <= 512).
+bool hc_post_pre_norm_fits(DeviceContext& ctx, int hc, int64_t dim, int64_t n);
+void hc_post_pre_norm(DeviceContext& ctx, const HcParams& p, const float* y, const float* post_in, const float* comb_in,
+                      bool post_round, float* X, int64_t n, float* u, float* post, float* comb, const float* norm_w,
+                      float eps, Bf16Round r, float* xn, float* xq);
 // h[t] = sum_j (sigmoid(m_j * scale + base_j) + eps) * X[t, j]   (p.sinkhorn_iters unused)
 void hc_head(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* h);
 // out[t * stride + c] = the mean of X[t, 0..hc-1, c] (f64 sums, as the CPU twin).

@@ -109,18 +109,18 @@ __device__ __forceinline__ float fp4_sim(float v, float s) {
 constexpr float kFp8AmaxFloor = 1e-4f;
 constexpr float kFp4AmaxFloor = 6.0f * 0x1p-126f;
 
-// One warp's FP8 round trip of the block [b0, b1) (b1 - b0 <= 128) of a row: out[i] =
-// fp8_sim(in[i]) with the block's ue8m0 scale, in[i] rounded to bf16 first when bf16_before,
-// the result when bf16_after. Lane l holds elements b0 + l + 32k. out may be in.
-__device__ __forceinline__ void fp8_block_warp(float* out, const float* in, int64_t b0, int64_t b1, bool bf16_before,
-                                               bool bf16_after) {
+// One warp's FP8 round trip of the block [b0, b1) (b1 - b0 <= 128) of a row whose element i is
+// at(i): out[i] = fp8_sim(at(i)) with the block's ue8m0 scale, rounded to bf16 when bf16_after.
+// Lane l holds elements b0 + l + 32k. out may be what at reads (every value is read first).
+template <class At>
+__device__ __forceinline__ void fp8_block_warp_of(float* out, At&& at, int64_t b0, int64_t b1, bool bf16_after) {
   const int lane = threadIdx.x & 31;
   float val[4];
   float amax = kFp8AmaxFloor;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const int64_t i = b0 + lane + 32 * k;
-    val[k] = i < b1 ? (bf16_before ? bf16_round(in[i]) : in[i]) : 0.0f;
+    val[k] = i < b1 ? at(i) : 0.0f;
     if (i < b1) amax = amax_step(amax, val[k]);
   }
   const float s = block_scale(warp_amax(amax), 448.0f);
@@ -132,6 +132,12 @@ __device__ __forceinline__ void fp8_block_warp(float* out, const float* in, int6
       out[i] = bf16_after ? bf16_round(q) : q;
     }
   }
+}
+
+// The same of in[i], rounded to bf16 first when bf16_before.
+__device__ __forceinline__ void fp8_block_warp(float* out, const float* in, int64_t b0, int64_t b1, bool bf16_before,
+                                               bool bf16_after) {
+  fp8_block_warp_of(out, [&](int64_t i) { return bf16_before ? bf16_round(in[i]) : in[i]; }, b0, b1, bf16_after);
 }
 
 }  // namespace hs::cuda::detail
