@@ -246,6 +246,7 @@ __device__ __forceinline__ float hc_post_val(float yv, float postk, const float*
 // The fused hand-over (hc_post_pre_norm): the finishing sub-layer's hc_post before hc_pre, the
 // next sub-layer's input norm after it.
 struct HcFuse {
+  float* X = nullptr;              // [n, hc, D]: the HC state, updated in place (the kernel's X)
   const float* y = nullptr;        // [n, D]: the finishing sub-layer's output
   const float* post_in = nullptr;  // [n, 4] and [n, 4, 4]: its hc_pre's post and comb
   const float* comb_in = nullptr;
@@ -255,12 +256,11 @@ struct HcFuse {
   bool round_in = false, round_out = false;  // the norm's BF16 rounding points
   float* xn = nullptr;             // [n, D]
   float* xq = nullptr;             // [n, D] or null: xn's FP8 round trip (act_quant_fp8)
-  int norm_threads = 512;          // the unfused rmsnorm's threads per row (its order of sums)
 };
 
 template <bool HEAD, bool FUSE, int kHcCluster, int kHcClusterThreads>
-__global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcParams p, float* X, float* u, float* post,
-                                                                         float* comb, HcFuse f) {
+__global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcParams p, const float* X, float* u,
+                                                                         float* post, float* comb, HcFuse f) {
   constexpr int HC = 4, MIX = HEAD ? HC : (2 + HC) * HC, NV = HEAD ? 8 : 32;  // v[MIX]: the sum of squares
   static_assert(!(HEAD && FUSE), "the hand-over ends in hc_pre");
   namespace cg = cooperative_groups;
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
   __shared__ float pre[HC];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t = blockIdx.y, D = p.dim, len4 = HC * D / 4;
-  float* x = X + t * HC * D;
+  const float* x = X + t * HC * D;
   const float4* f4 = reinterpret_cast<const float4*>(p.fn);
   // This block's float4 columns [c0, c1) of fn and of the token's inputs.
   const int64_t per = (len4 + kHcCluster - 1) / kHcCluster, c0 = rank * per, c1 = min64(len4, c0 + per);
@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
     }
     __syncthreads();
     __shared__ float nred[32];
-    const int T = f.norm_threads;
+    const int T = rmsnorm_threads(D);
     for (int vt0 = 0; vt0 < T; vt0 += kHcClusterThreads) {
       const int vt = vt0 + static_cast<int>(threadIdx.x);
       float ss = 0.f;
@@ -444,14 +444,14 @@ __global__ void __launch_bounds__(kHcClusterThreads, 1) hc_cluster_kernel(HcPara
             f.xq + t * D, [&](int64_t i) { return norm_val(urow[i], f.norm_w[i], inv, f.round_in, f.round_out); },
             b * 128, min64(D, b * 128 + 128), false);
     }
-    for (int64_t c = cf; c < c1; c += blockDim.x) reinterpret_cast<float4*>(x)[c] = xnew[c - c0];
+    for (int64_t c = cf; c < c1; c += blockDim.x) reinterpret_cast<float4*>(f.X + t * HC * D)[c] = xnew[c - c0];
     cluster.sync();  // no block reads another's shared memory past this point
   }
 }
 
 template <bool HEAD, bool FUSE, int kHcCluster, int kHcClusterThreads>
-void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, float* X, int64_t n, float* u, float* post, float* comb,
-                       const HcFuse& f) {
+void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post,
+                       float* comb, const HcFuse& f) {
   launch_cluster(ctx, hc_cluster_kernel<HEAD, FUSE, kHcCluster, kHcClusterThreads>,
                  dim3(kHcCluster, static_cast<unsigned>(n)), dim3(kHcClusterThreads), kHcCluster, p, X, u, post, comb,
                  f);
@@ -464,8 +464,8 @@ bool hc_wide_cluster(DeviceContext& ctx) {
 }
 
 template <bool HEAD, bool FUSE>
-void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, float* X, int64_t n, float* u, float* post, float* comb,
-                       const HcFuse& f = {}) {
+void launch_hc_cluster(DeviceContext& ctx, const HcParams& p, const float* X, int64_t n, float* u, float* post,
+                       float* comb, const HcFuse& f = {}) {
   if (hc_wide_cluster<HEAD, FUSE>(ctx)) launch_hc_cluster<HEAD, FUSE, 16, 256>(ctx, p, X, n, u, post, comb, f);
   else launch_hc_cluster<HEAD, FUSE, 8, 512>(ctx, p, X, n, u, post, comb, f);
 }
@@ -478,9 +478,8 @@ void hc_collapse(DeviceContext& ctx, const HcParams& p, int mix, bool head, cons
   if (n <= 0) return;
   DeviceGuard g(ctx.device());
   if (p.hc == 4 && n <= kHcClusterMaxTokens) {
-    // (X is only read: the kernel writes it in the fused hand-over alone)
-    if (head) launch_hc_cluster<true, false>(ctx, p, const_cast<float*>(X), n, u, post, comb);
-    else launch_hc_cluster<false, false>(ctx, p, const_cast<float*>(X), n, u, post, comb);
+    if (head) launch_hc_cluster<true, false>(ctx, p, X, n, u, post, comb);
+    else launch_hc_cluster<false, false>(ctx, p, X, n, u, post, comb);
     return;
   }
   const int64_t len = p.hc * p.dim;
@@ -572,6 +571,7 @@ void hc_post_pre_norm(DeviceContext& ctx, const HcParams& p, const float* y, con
   HS_CHECK(xq != xn, "hc_post_pre_norm: the FP8 copy must not overwrite the normed rows");
   DeviceGuard g(ctx.device());
   HcFuse f;
+  f.X = X;
   f.y = y;
   f.post_in = post_in;
   f.comb_in = comb_in;
@@ -582,9 +582,7 @@ void hc_post_pre_norm(DeviceContext& ctx, const HcParams& p, const float* y, con
   f.round_out = r.out;
   f.xn = xn;
   f.xq = xq;
-  f.norm_threads = rmsnorm_threads(p.dim);
-  if (hc_wide_cluster<false, true>(ctx)) launch_hc_cluster<false, true, 16, 256>(ctx, p, X, n, u, post, comb, f);
-  else launch_hc_cluster<false, true, 8, 512>(ctx, p, X, n, u, post, comb, f);
+  launch_hc_cluster<false, true>(ctx, p, X, n, u, post, comb, f);
 }
 
 }  // namespace hs::cuda

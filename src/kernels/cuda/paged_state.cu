@@ -6,6 +6,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/cuda/paged_state_cuda.h"
+#include "kernels/cuda/rmsnorm.cuh"
 #include "kernels/cuda/state_rows.cuh"
 
 namespace hs::cuda {
@@ -230,7 +231,7 @@ void compressor_paged(DeviceContext& ctx, const DevRows& rows, const PageTables&
   HS_CHECK(rows.n <= 0x7fffffff, "compressor_paged: too many rows");
   DeviceGuard guard(ctx.device());
   // rmsnorm's block size for this width, so the norm's sum is reduced as before.
-  const int threads = d >= 2048 ? 512 : d >= 512 ? 256 : 128;
+  const int threads = rmsnorm_threads(d);
   const size_t smem = static_cast<size_t>(d) * sizeof(float);
   ctx.ensure_dynamic_smem(reinterpret_cast<const void*>(compressor_kernel), smem);
   launch(ctx, compressor_kernel, static_cast<unsigned>(rows.n), threads, smem, CompressorArgs{rows, t, c, a, g, decode});

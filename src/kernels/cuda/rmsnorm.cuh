@@ -10,7 +10,7 @@ namespace hs::cuda::detail {
 // The threads of one rmsnorm row of d (rmsnorm_kernel and rmsnorm_rope_kernel: the same split,
 // so the same sum of squares: thread t adds elements t, t + threads, ... in order, then the
 // block's warps are summed as block_sum does).
-inline int rmsnorm_threads(int64_t d) { return d >= 2048 ? 512 : d >= 512 ? 256 : 128; }
+__host__ __device__ constexpr int rmsnorm_threads(int64_t d) { return d >= 2048 ? 512 : d >= 512 ? 256 : 128; }
 
 // Element i of the normed row (input value xi, weight wi: 1 without weights, and 1 * v == v),
 // rounded to bf16 when round_out.
